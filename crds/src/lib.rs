@@ -1,0 +1,29 @@
+//! The `InputPipeline` custom resource (`granary.dev/v1alpha1`): the user-facing spec that both
+//! `kubectl apply` and `granary run` read, its status, its validation, and CRD generation.
+//!
+//! Field names here are the public API: every doc comment becomes `kubectl explain` text.
+
+pub mod cache;
+mod fieldpath;
+pub mod manifest;
+pub mod ops;
+pub mod pipeline;
+pub mod problem;
+pub mod quantity;
+pub mod scaling;
+pub mod source;
+pub mod stage;
+pub mod status;
+pub mod validate;
+
+pub use cache::{ByteSize, CachePolicy, CacheSpec};
+pub use manifest::{Manifest, load_manifest, parse_manifest};
+pub use ops::{DType, OpConfig};
+pub use pipeline::{BatchSpec, InputPipeline, InputPipelineSpec, ShuffleSpec};
+pub use problem::{Problem, Problems};
+pub use quantity::{parse_bytes, parse_duration};
+pub use scaling::{ScalingPolicy, ScalingSpec};
+pub use source::{SourceFormat, SourceSpec};
+pub use stage::StageSpec;
+pub use status::{InputPipelineStatus, PipelineCondition, PipelinePhase};
+pub use validate::validate;

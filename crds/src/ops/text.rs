@@ -1,0 +1,64 @@
+//! Text operators: tokenization with a Hugging Face `tokenizer.json`, truncation and padding.
+
+use crate::Problem;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `text.tokenize`: encodes a text field with a Hugging Face `tokenizer.json`, producing the
+/// tensors `input_ids` and `attention_mask` (int64).
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tokenize {
+    /// Path or URL of the `tokenizer.json`. A relative path resolves from the manifest's folder.
+    pub tokenizer: String,
+    /// Field holding the text. Defaults to `text`.
+    #[serde(default = "default_text_field")]
+    pub field: String,
+    /// Add the tokenizer's special tokens (`[CLS]`, `[SEP]`, ...). Defaults to true.
+    #[serde(default = "default_true")]
+    pub add_special_tokens: bool,
+}
+
+/// `text.truncate_pad`: cuts `input_ids` and `attention_mask` to `length` tokens, or pads them
+/// to it with `padId` (mask 0).
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TruncatePad {
+    /// Sequence length after truncation and padding.
+    pub length: u32,
+    /// Token id used for padding. Defaults to 0.
+    #[serde(default)]
+    pub pad_id: i64,
+}
+
+fn default_text_field() -> String {
+    "text".to_string()
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Tokenize {
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        if self.tokenizer.trim().is_empty() {
+            problems.push(Problem::new(
+                format!("{path}.tokenizer"),
+                "must name a tokenizer.json file (a path or a URL)",
+            ));
+        }
+        if self.field.is_empty() {
+            problems.push(Problem::new(format!("{path}.field"), "must not be empty"));
+        }
+    }
+}
+
+impl TruncatePad {
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        if self.length == 0 {
+            problems.push(Problem::new(format!("{path}.length"), "must be > 0"));
+        }
+        if self.pad_id < 0 {
+            problems.push(Problem::new(format!("{path}.padId"), "must be >= 0"));
+        }
+    }
+}

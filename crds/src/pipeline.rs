@@ -1,0 +1,80 @@
+//! The `InputPipeline` resource and its spec.
+
+use crate::{CacheSpec, InputPipelineStatus, ScalingSpec, SourceSpec, StageSpec};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An ML input pipeline: a source in object storage, ordered stages, shuffling, batching, and the
+/// bounds within which Granary scales its workers and caches its intermediate results.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "granary.dev",
+    version = "v1alpha1",
+    kind = "InputPipeline",
+    plural = "inputpipelines",
+    shortname = "ipl",
+    namespaced,
+    status = "InputPipelineStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Workers","type":"string","jsonPath":".status.workers","description":"ready/desired workers"}"#,
+    printcolumn = r#"{"name":"Items/s","type":"number","jsonPath":".status.itemsPerSecond"}"#,
+    printcolumn = r#"{"name":"Cache","type":"string","jsonPath":".status.cache"}"#,
+    printcolumn = r#"{"name":"Epoch","type":"integer","jsonPath":".status.epoch"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InputPipelineSpec {
+    /// Where the samples live and how they are stored.
+    pub source: SourceSpec,
+    /// Operators applied to every element, in order. At least one.
+    #[schemars(length(min = 1))]
+    pub stages: Vec<StageSpec>,
+    /// Seeded shuffle buffer applied within each split; splits are also visited in a seeded
+    /// random order. Without it, splits and elements keep the source's order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<ShuffleSpec>,
+    /// How elements are grouped into batches.
+    pub batch: BatchSpec,
+    /// Seed of every random choice (split order, shuffle, augmentations). Each (seed, epoch, split)
+    /// gets its own stream, so a split re-run yields the same elements. Defaults to 0.
+    #[serde(default)]
+    pub seed: u64,
+    /// Number of passes over the source. Defaults to 1.
+    #[serde(default = "default_epochs")]
+    #[schemars(range(min = 1))]
+    pub epochs: u32,
+    /// Worker-count bounds and policy. Parsed and validated now; acted on by the autoscaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingSpec>,
+    /// Caching of a deterministic stage output in object storage. Parsed and validated now; acted
+    /// on by the autocacher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSpec>,
+}
+
+fn default_epochs() -> u32 {
+    1
+}
+
+/// Seeded shuffle buffer.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShuffleSpec {
+    /// Number of elements held and drawn from at random, within each split. Memory grows with it
+    /// (buffer × element size) on top of `--prefetch-bytes`.
+    #[schemars(range(min = 1))]
+    pub buffer: u32,
+}
+
+/// How elements are grouped into batches.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchSpec {
+    /// Elements per batch, 1 to 1,000,000.
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub size: u32,
+    /// Drop the last, partial batch of each epoch instead of delivering it. Defaults to false.
+    #[serde(default)]
+    pub drop_remainder: bool,
+}

@@ -1,0 +1,575 @@
+//! Validation of a parsed spec: every problem, each with its field path.
+//!
+//! [`validate`] checks what the types cannot: URLs, combinations of fields, ranges, each stage's
+//! own fields (through [`OpConfig::parse`]), the order of the stages (an image must be decoded
+//! before it is cropped, tokens exist only after tokenization), which operators fit which source
+//! format, and whether the cache point lies in the deterministic prefix.
+
+use crate::ops::op_info;
+use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
+use crate::{
+    CachePolicy, CacheSpec, InputPipelineSpec, OpConfig, Problem, ScalingPolicy, ScalingSpec, SourceFormat,
+    SourceSpec, StageSpec,
+};
+use std::collections::HashMap;
+
+/// Largest accepted `spec.batch.size`.
+pub const MAX_BATCH_SIZE: u32 = 1_000_000;
+
+/// URL schemes Granary can read and write.
+pub const SUPPORTED_SCHEMES: &[&str] = &["file", "s3", "gs", "az", "azure", "abfs", "abfss", "memory"];
+
+const URL_FORMS: &str = "file:///absolute/path/, s3://bucket/prefix/, gs://bucket/prefix/, \
+     az://container/prefix/ or memory:///prefix/ (in a manifest file, also file:relative/path/)";
+
+/// Checks `spec` and returns every problem found (empty when valid).
+pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_source(&spec.source, &mut problems);
+    check_stages(spec, &mut problems);
+    if let Some(shuffle) = &spec.shuffle
+        && shuffle.buffer == 0
+    {
+        problems.push(Problem::new(
+            "spec.shuffle.buffer",
+            "must be >= 1 (elements held for shuffling); remove `shuffle` to keep the source order",
+        ));
+    }
+    if spec.batch.size == 0 {
+        problems.push(Problem::new("spec.batch.size", "must be >= 1 (elements per batch), e.g. 128"));
+    } else if spec.batch.size > MAX_BATCH_SIZE {
+        problems.push(Problem::new(
+            "spec.batch.size",
+            format!("is {}; the most is {MAX_BATCH_SIZE} elements per batch", spec.batch.size),
+        ));
+    }
+    if spec.epochs == 0 {
+        problems.push(Problem::new("spec.epochs", "must be >= 1 (passes over the source); remove it for 1"));
+    }
+    if let Some(scaling) = &spec.scaling {
+        check_scaling(scaling, &mut problems);
+    }
+    if let Some(cache) = &spec.cache {
+        check_cache(cache, &spec.stages, &mut problems);
+    }
+    problems
+}
+
+/// Checks an object-store URL at `path`: it parses, its scheme is supported, and it names a
+/// bucket (or container, or host) where the scheme needs one. Problems go to `problems`.
+pub fn check_url(url: &str, path: &str, problems: &mut Vec<Problem>) {
+    let mut bad = |message: String| problems.push(Problem::new(path, message));
+    if url.trim().is_empty() {
+        bad(format!("must not be empty; give an object-store URL: {URL_FORMS}"));
+        return;
+    }
+    if url.trim() != url {
+        bad(format!("`{url}` has spaces around it; remove them"));
+        return;
+    }
+    if url.starts_with("//") || !crate::manifest::has_scheme(url) {
+        bad(format!("`{url}` has no scheme; write {URL_FORMS}"));
+        return;
+    }
+    if let Some(rest) = url.strip_prefix("file:")
+        && !rest.starts_with('/')
+    {
+        bad(format!(
+            "`{url}` is a relative file: URL, which resolves only in a manifest read by `granary`; \
+             write an absolute file:///path/ URL"
+        ));
+        return;
+    }
+    let parsed = match url::Url::parse(url) {
+        Ok(u) => u,
+        Err(e) => {
+            bad(format!("`{url}` is not a valid URL ({e}); write {URL_FORMS}"));
+            return;
+        }
+    };
+    let scheme = parsed.scheme();
+    if !SUPPORTED_SCHEMES.contains(&scheme) {
+        let hint = match scheme {
+            "http" | "https" => "; for S3-compatible servers use s3://bucket/ with AWS_ENDPOINT set",
+            "gcs" => "; Google Cloud Storage is gs://bucket/",
+            "s3a" | "s3n" => "; write s3://bucket/",
+            _ => "",
+        };
+        bad(format!(
+            "scheme `{scheme}:` is not supported{hint}; use one of {}",
+            SUPPORTED_SCHEMES.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(", ")
+        ));
+        return;
+    }
+    let host = parsed.host_str().unwrap_or("");
+    match scheme {
+        "s3" | "gs" if host.is_empty() => {
+            bad(format!("`{url}` names no bucket; write {scheme}://BUCKET/prefix/"));
+        }
+        "az" | "azure" | "abfs" | "abfss" if host.is_empty() => {
+            bad(format!("`{url}` names no container; write {scheme}://CONTAINER/prefix/"));
+        }
+        "file" if !host.is_empty() && host != "localhost" => {
+            let tail = parsed.path().trim_start_matches('/');
+            bad(format!(
+                "a file: URL takes no host, but `{host}` is in the host position; write \
+                 file:///{host}/{tail} for an absolute path or file:{host}/{tail} for a path relative \
+                 to the manifest"
+            ));
+        }
+        _ => {}
+    }
+}
+
+fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
+    check_url(&source.url, "spec.source.url", problems);
+    if source.format != SourceFormat::Files {
+        let format = format_name(source.format);
+        if source.labels.is_some() {
+            problems.push(Problem::new(
+                "spec.source.labels",
+                format!(
+                    "applies only to `format: files`, but the format is `{format}`; remove it \
+                     ({format} samples carry their own labels)"
+                ),
+            ));
+        }
+        if source.files_per_split.is_some() {
+            problems.push(Problem::new(
+                "spec.source.filesPerSplit",
+                format!("applies only to `format: files`, but the format is `{format}`; remove it"),
+            ));
+        }
+    }
+    if let Some(labels) = &source.labels
+        && labels.trim().is_empty()
+    {
+        problems.push(Problem::new(
+            "spec.source.labels",
+            "must not be empty; give the labels JSONL file (relative to `url`, or a URL), or remove it",
+        ));
+    }
+    if source.files_per_split == Some(0) {
+        problems
+            .push(Problem::new("spec.source.filesPerSplit", "must be >= 1; remove it for the default 64"));
+    }
+}
+
+fn format_name(format: SourceFormat) -> &'static str {
+    match format {
+        SourceFormat::Files => "files",
+        SourceFormat::Webdataset => "webdataset",
+        SourceFormat::Jsonl => "jsonl",
+        SourceFormat::Parquet => "parquet",
+    }
+}
+
+/// Operator families, for the type-flow and format checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Image,
+    Text,
+    Table,
+}
+
+fn family(op: &str) -> Option<Family> {
+    if op.starts_with("image.") {
+        Some(Family::Image)
+    } else if op.starts_with("text.") {
+        Some(Family::Text)
+    } else if op.starts_with("table.") {
+        Some(Family::Table)
+    } else {
+        None
+    }
+}
+
+/// The field a stage works on: its `field`, or the operator's default.
+fn stage_field(stage: &StageSpec) -> String {
+    match stage.params.get("field").and_then(|v| v.as_str()) {
+        Some(f) => f.to_string(),
+        None if stage.op.starts_with("text.") => "text".to_string(),
+        None => "image".to_string(),
+    }
+}
+
+fn check_stages(spec: &InputPipelineSpec, problems: &mut Vec<Problem>) {
+    let stages = &spec.stages;
+    if stages.is_empty() {
+        problems.push(Problem::new("spec.stages", "must list at least one stage, e.g. `- op: image.decode`"));
+        return;
+    }
+    for (i, stage) in stages.iter().enumerate() {
+        let path = format!("spec.stages[{i}]");
+        if stage.op.trim().is_empty() {
+            problems.push(Problem::new(format!("{path}.op"), "must name an operator, e.g. `image.decode`"));
+            continue;
+        }
+        // Serde stops at the first unknown field; drop each one found and parse again to find the
+        // rest, and the problems behind them.
+        let mut trial = stage.clone();
+        for _ in 0..=stage.params.len() {
+            let Err(found) = OpConfig::parse(&trial, &path) else { break };
+            let unknown: Vec<String> = found.iter().filter_map(|p| unknown_field_name(&p.message)).collect();
+            problems.extend(found.into_iter().map(|p| refine_stage_problem(p, &path, stage)));
+            if unknown.is_empty() || unknown.iter().any(|k| trial.params.remove(k).is_none()) {
+                break;
+            }
+        }
+    }
+    check_stage_names(stages, problems);
+    check_formats(stages, spec.source.format, problems);
+    check_flow(stages, problems);
+}
+
+fn unknown_field_name(message: &str) -> Option<String> {
+    Some(message.strip_prefix("unknown field `")?.split('`').next()?.to_string())
+}
+
+/// Puts serde's stage-level messages (`unknown field`, `missing field`) on the field they name.
+fn refine_stage_problem(p: Problem, path: &str, stage: &StageSpec) -> Problem {
+    if let Some(rest) = p.message.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or_default().to_string();
+        let known: Vec<&str> = rest
+            .split_once("expected ")
+            .map(|(_, list)| list.split('`').skip(1).step_by(2).collect())
+            .unwrap_or_default();
+        let mut message = format!("unknown field `{name}` for `{}`", stage.op);
+        if let Some(best) = closest(&name, &known) {
+            message.push_str(&format!(" (did you mean `{best}`?)"));
+        }
+        if known.is_empty() {
+            message.push_str("; it takes no fields besides `op` and `name`");
+        } else {
+            let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            message.push_str(&format!("; its fields are {} (besides `op` and `name`)", list.join(", ")));
+        }
+        return Problem::new(format!("{path}.{name}"), message);
+    }
+    if p.path == format!("{path}.op") && p.message.starts_with("unknown operator") {
+        let known: Vec<&str> = crate::ops::OPS.iter().map(|i| i.name).collect();
+        if let Some(best) = closest(&stage.op, &known) {
+            return Problem::new(p.path, format!("{} (did you mean `{best}`?)", p.message));
+        }
+        return p;
+    }
+    if p.path != path {
+        return p;
+    }
+    if let Some(rest) = p.message.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or_default();
+        return Problem::new(format!("{path}.{name}"), format!("missing: `{}` needs `{name}`", stage.op));
+    }
+    p
+}
+
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (crate::manifest::edit_distance(&name.to_ascii_lowercase(), &k.to_ascii_lowercase()), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
+    for (j, stage) in stages.iter().enumerate() {
+        if let Some(name) = &stage.name
+            && name.trim().is_empty()
+        {
+            problems.push(Problem::new(
+                format!("spec.stages[{j}].name"),
+                "must not be empty; give the stage a name or remove `name`",
+            ));
+            continue;
+        }
+        let name = stage.display_name();
+        let Some(i) = stages[..j].iter().position(|s| s.display_name() == name) else { continue };
+        let earlier = &stages[i];
+        if stage.name.is_none() && earlier.name.is_none() {
+            // Two unnamed stages of the same operator are fine until `cache.at` names them.
+            continue;
+        }
+        let at = if stage.name.is_some() { j } else { i };
+        problems.push(Problem::new(
+            format!("spec.stages[{at}].name"),
+            format!(
+                "stage name `{name}` is used by both spec.stages[{i}] and spec.stages[{j}] (a stage without \
+                 `name` goes by its `op`); give each a unique name"
+            ),
+        ));
+    }
+}
+
+fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<Problem>) {
+    let name = format_name(format);
+    for (fam, fits, needs) in [
+        (
+            Family::Image,
+            matches!(format, SourceFormat::Files | SourceFormat::Webdataset),
+            "image operators need encoded image bytes, which `files` and `webdataset` sources provide",
+        ),
+        (
+            Family::Table,
+            matches!(format, SourceFormat::Jsonl | SourceFormat::Parquet),
+            "table operators work on rows, which `jsonl` and `parquet` sources provide",
+        ),
+    ] {
+        if fits {
+            continue;
+        }
+        let offending: Vec<usize> = (0..stages.len())
+            .filter(|i| family(&stages[*i].op) == Some(fam) && op_info(&stages[*i].op).is_some())
+            .collect();
+        let Some(first) = offending.first() else { continue };
+        let more = match offending.len() {
+            1 => String::new(),
+            n => format!(" ({} more such stage{} follow)", n - 1, if n == 2 { "" } else { "s" }),
+        };
+        problems.push(Problem::new(
+            format!("spec.stages[{first}].op"),
+            format!(
+                "`{}` does not fit spec.source.format `{name}`: {needs}{more}; change the format or remove the stage",
+                stages[*first].op
+            ),
+        ));
+    }
+}
+
+fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
+    // Per image field: the stage that decoded it and the one that normalized it.
+    let mut decoded: HashMap<String, usize> = HashMap::new();
+    let mut normalized: HashMap<String, usize> = HashMap::new();
+    let mut tokenized: Option<usize> = None;
+    let mut reported_missing_decode: Vec<String> = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        let op = stage.op.as_str();
+        if op_info(op).is_none() {
+            // What an unknown operator produces is unknown: stop rather than guess.
+            return;
+        }
+        let path = format!("spec.stages[{i}]");
+        match family(op) {
+            Some(Family::Image) => {
+                let field = stage_field(stage);
+                if let Some(n) = normalized.get(&field) {
+                    problems.push(Problem::new(
+                        format!("{path}.op"),
+                        format!(
+                            "`{op}` comes after `image.normalize` of field `{field}` (spec.stages[{n}]); \
+                             normalize must be the last image operator for its field: move this stage before it"
+                        ),
+                    ));
+                    continue;
+                }
+                if op == "image.decode" {
+                    if let Some(d) = decoded.get(&field) {
+                        problems.push(Problem::new(
+                            format!("{path}.op"),
+                            format!(
+                                "field `{field}` is already decoded by spec.stages[{d}]; remove this stage"
+                            ),
+                        ));
+                    } else {
+                        decoded.insert(field, i);
+                    }
+                    continue;
+                }
+                if !decoded.contains_key(&field) && !reported_missing_decode.contains(&field) {
+                    problems.push(Problem::new(
+                        format!("{path}.op"),
+                        format!(
+                            "`{op}` needs decoded pixels, but no earlier stage decodes field `{field}`; \
+                             add `- op: image.decode` (with `field: {field}` if not `image`) before it"
+                        ),
+                    ));
+                    // Report the missing decode once per field.
+                    reported_missing_decode.push(field.clone());
+                }
+                if op == "image.normalize" {
+                    normalized.insert(field, i);
+                }
+            }
+            Some(Family::Text) => {
+                if op == "text.tokenize" {
+                    tokenized.get_or_insert(i);
+                } else if op == "text.truncate_pad" && tokenized.is_none() {
+                    problems.push(Problem::new(
+                        format!("{path}.op"),
+                        "`text.truncate_pad` cuts and pads the token ids `text.tokenize` produces, but no \
+                         earlier stage tokenizes; add a `text.tokenize` stage before it",
+                    ));
+                    tokenized = Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_scaling(scaling: &ScalingSpec, problems: &mut Vec<Problem>) {
+    match scaling.policy {
+        ScalingPolicy::Fixed => {
+            if scaling.replicas.is_none() {
+                problems.push(Problem::new(
+                    "spec.scaling.replicas",
+                    "missing: `policy: fixed` runs exactly `replicas` workers; set e.g. `replicas: 4`, \
+                     or use `policy: auto`",
+                ));
+            }
+            for (value, name) in [(scaling.min_workers, "minWorkers"), (scaling.max_workers, "maxWorkers")] {
+                if value.is_some() {
+                    problems.push(Problem::new(
+                        format!("spec.scaling.{name}"),
+                        "applies only to `policy: auto`; remove it, or use `policy: auto` instead of `replicas`",
+                    ));
+                }
+            }
+        }
+        ScalingPolicy::Auto => {
+            if scaling.replicas.is_some() {
+                problems.push(Problem::new(
+                    "spec.scaling.replicas",
+                    "applies only to `policy: fixed`; set `policy: fixed`, or bound the autoscaler with \
+                     `minWorkers`/`maxWorkers` instead",
+                ));
+            }
+            let min = scaling.min_workers.unwrap_or(1);
+            let max = scaling.max_workers.unwrap_or(16);
+            if min > max {
+                let (path, which) = if scaling.max_workers.is_some() {
+                    ("spec.scaling.minWorkers", format!("maxWorkers ({max})"))
+                } else {
+                    ("spec.scaling.minWorkers", format!("the default maxWorkers ({max}); set `maxWorkers`"))
+                };
+                problems.push(Problem::new(
+                    path,
+                    format!("is {min}, more than {which}; minWorkers must be <= maxWorkers"),
+                ));
+            }
+        }
+    }
+    for (value, name) in [
+        (scaling.replicas, "replicas"),
+        (scaling.min_workers, "minWorkers"),
+        (scaling.max_workers, "maxWorkers"),
+    ] {
+        if value == Some(0) {
+            problems.push(Problem::new(format!("spec.scaling.{name}"), "must be >= 1"));
+        }
+    }
+    for (value, name) in [
+        (scaling.worker_cost_per_hour, "workerCostPerHour"),
+        (scaling.trainer_cost_per_hour, "trainerCostPerHour"),
+    ] {
+        if let Some(v) = value
+            && !(v.is_finite() && v >= 0.0)
+        {
+            problems.push(Problem::new(
+                format!("spec.scaling.{name}"),
+                format!("must be a finite number >= 0 (dollars per hour), got {v}"),
+            ));
+        }
+    }
+}
+
+fn check_cache(cache: &CacheSpec, stages: &[StageSpec], problems: &mut Vec<Problem>) {
+    match (cache.policy, &cache.at) {
+        (CachePolicy::At, None) => problems.push(Problem::new(
+            "spec.cache.at",
+            "missing: `policy: at` caches the output of the stage named by `at`; name a stage of the \
+             deterministic prefix, or use `policy: auto`",
+        )),
+        (CachePolicy::At, Some(at)) => check_cache_at(at, stages, problems),
+        (_, Some(_)) => problems.push(Problem::new(
+            "spec.cache.at",
+            "applies only to `policy: at`; set `policy: at` or remove `at`",
+        )),
+        (_, None) => {}
+    }
+    match (&cache.store, cache.policy) {
+        (Some(store), _) => check_url(store, "spec.cache.store", problems),
+        (None, CachePolicy::Never) => {}
+        (None, _) => problems.push(Problem::new(
+            "spec.cache.store",
+            "missing: every cache policy but `never` needs an object-store URL for the entries, e.g. \
+             s3://bucket/granary-cache/ or file:///var/cache/granary/",
+        )),
+    }
+    if let Some(max) = &cache.max_bytes {
+        match max.bytes() {
+            Ok(0) => problems
+                .push(Problem::new("spec.cache.maxBytes", format!("must be > 0; expected {BYTES_FORM}"))),
+            Ok(_) => {}
+            Err(why) => problems.push(Problem::new("spec.cache.maxBytes", why)),
+        }
+    }
+    if let Some(ttl) = &cache.ttl {
+        match parse_duration(ttl) {
+            Ok(d) if d.is_zero() => problems
+                .push(Problem::new("spec.cache.ttl", format!("must be > 0; expected {DURATION_FORM}"))),
+            Ok(_) => {}
+            Err(why) => problems.push(Problem::new("spec.cache.ttl", why)),
+        }
+    }
+}
+
+/// Index of the first stage outside the deterministic prefix (`stages.len()` when all are
+/// deterministic). Unknown operators end the prefix.
+pub fn deterministic_prefix_len(stages: &[StageSpec]) -> usize {
+    stages.iter().position(|s| !op_info(&s.op).is_some_and(|i| i.deterministic)).unwrap_or(stages.len())
+}
+
+fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {
+    let prefix = deterministic_prefix_len(stages);
+    let names_in_prefix: Vec<String> =
+        stages[..prefix].iter().map(|s| format!("`{}`", s.display_name())).collect();
+    let choices = if names_in_prefix.is_empty() {
+        "no stage is deterministic before the first random one, so nothing can be cached; use `policy: never`"
+            .to_string()
+    } else {
+        format!("stages that can be cached: {}", names_in_prefix.join(", "))
+    };
+    let matches: Vec<usize> = (0..stages.len()).filter(|i| stages[*i].display_name() == at).collect();
+    match matches.as_slice() {
+        [] => {
+            let hint = stages
+                .iter()
+                .map(|s| s.display_name())
+                .find(|n| crate::manifest::edit_distance(n, at) <= 2)
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            problems.push(Problem::new(
+                "spec.cache.at",
+                format!(
+                    "no stage is named `{at}`{hint} (a stage without `name` goes by its `op`); {choices}"
+                ),
+            ));
+        }
+        [j] => {
+            if *j >= prefix {
+                let random = &stages[prefix];
+                problems.push(Problem::new(
+                    "spec.cache.at",
+                    format!(
+                        "stage `{at}` (spec.stages[{j}]) is not in the deterministic prefix: spec.stages[{prefix}] \
+                         (`{}`) {}, so its output and everything after it differ between epochs; {choices}",
+                        random.op,
+                        if op_info(&random.op).is_some() { "is random" } else { "is not a known operator" },
+                    ),
+                ));
+            }
+        }
+        many => {
+            let list: Vec<String> = many.iter().map(|i| format!("spec.stages[{i}]")).collect();
+            problems.push(Problem::new(
+                "spec.cache.at",
+                format!(
+                    "`{at}` names {} stages ({}); give the one to cache a unique `name`",
+                    many.len(),
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! `validate` on specs built in code (as the operator sees them, without a manifest).
+
+use granary_crds::validate::{check_url, deterministic_prefix_len};
+use granary_crds::{
+    BatchSpec, CachePolicy, CacheSpec, InputPipelineSpec, Problem, ScalingPolicy, ScalingSpec, SourceFormat,
+    SourceSpec, StageSpec, validate,
+};
+
+fn stage(op: &str, params: serde_json::Value) -> StageSpec {
+    StageSpec { op: op.into(), name: None, params: params.as_object().cloned().unwrap_or_default() }
+}
+
+fn spec() -> InputPipelineSpec {
+    InputPipelineSpec {
+        source: SourceSpec {
+            url: "s3://bucket/train/".into(),
+            format: SourceFormat::Files,
+            labels: None,
+            files_per_split: None,
+        },
+        stages: vec![
+            stage("image.decode", serde_json::json!({})),
+            stage("image.resize", serde_json::json!({"size": 256})),
+            stage("image.random_resized_crop", serde_json::json!({"size": 224})),
+            stage("image.normalize", serde_json::json!({})),
+        ],
+        shuffle: None,
+        batch: BatchSpec { size: 32, drop_remainder: false },
+        seed: 0,
+        epochs: 1,
+        scaling: None,
+        cache: None,
+    }
+}
+
+fn paths(problems: &[Problem]) -> Vec<&str> {
+    problems.iter().map(|p| p.path.as_str()).collect()
+}
+
+#[test]
+fn valid_spec_has_no_problems() {
+    assert_eq!(validate(&spec()), vec![]);
+}
+
+#[test]
+fn urls() {
+    let cases = [
+        ("s3://bucket/x/", true),
+        ("gs://bucket", true),
+        ("az://container/x", true),
+        ("abfs://container@account.dfs.core.windows.net/x", true),
+        ("memory:///", true),
+        ("memory://", true),
+        ("file:///data/", true),
+        ("file://localhost/data/", true),
+        ("", false),
+        ("data/train", false),
+        ("//data/train", false),
+        ("file:data/train", false),
+        ("file://data/train", false),
+        ("s3:///x", false),
+        ("s3:x", false),
+        ("gs:/x", false),
+        ("az:///x", false),
+        ("http://example.com/x", false),
+        ("ftp://x/y", false),
+        ("s3://bucket/x y ", false),
+        ("s3://[::1/", false),
+    ];
+    for (url, ok) in cases {
+        let mut problems = Vec::new();
+        check_url(url, "u", &mut problems);
+        assert_eq!(problems.is_empty(), ok, "{url:?}: {problems:?}");
+        for p in &problems {
+            assert_eq!(p.path, "u");
+        }
+    }
+}
+
+#[test]
+fn scaling_rules() {
+    let mut s = spec();
+    s.scaling = Some(ScalingSpec { policy: ScalingPolicy::Fixed, ..Default::default() });
+    assert_eq!(paths(&validate(&s)), ["spec.scaling.replicas"]);
+    s.scaling = Some(ScalingSpec { policy: ScalingPolicy::Fixed, replicas: Some(3), ..Default::default() });
+    assert_eq!(validate(&s), vec![]);
+    s.scaling = Some(ScalingSpec { min_workers: Some(20), ..Default::default() });
+    let p = validate(&s);
+    assert_eq!(paths(&p), ["spec.scaling.minWorkers"]);
+    assert!(p[0].message.contains("default maxWorkers (16)"), "{}", p[0]);
+    s.scaling = Some(ScalingSpec {
+        worker_cost_per_hour: Some(f64::INFINITY),
+        trainer_cost_per_hour: Some(-1.0),
+        ..Default::default()
+    });
+    assert_eq!(paths(&validate(&s)), ["spec.scaling.workerCostPerHour", "spec.scaling.trainerCostPerHour"]);
+}
+
+#[test]
+fn cache_rules() {
+    let mut s = spec();
+    let cache = |policy, at: Option<&str>| CacheSpec {
+        policy,
+        at: at.map(String::from),
+        store: Some("s3://b/cache/".into()),
+        ..Default::default()
+    };
+    assert_eq!(deterministic_prefix_len(&s.stages), 2);
+    s.cache = Some(cache(CachePolicy::At, Some("image.resize")));
+    assert_eq!(validate(&s), vec![]);
+    s.cache = Some(cache(CachePolicy::At, Some("image.normalize")));
+    let p = validate(&s);
+    assert_eq!(paths(&p), ["spec.cache.at"]);
+    assert!(p[0].message.contains("`image.decode`, `image.resize`"), "{}", p[0]);
+    s.cache = Some(cache(CachePolicy::At, Some("image.resise")));
+    let p = validate(&s);
+    assert!(p[0].message.contains("did you mean `image.resize`?"), "{}", p[0]);
+    s.cache = Some(cache(CachePolicy::Auto, Some("image.resize")));
+    assert_eq!(paths(&validate(&s)), ["spec.cache.at"]);
+    s.cache = Some(CacheSpec { policy: CachePolicy::Never, ..Default::default() });
+    assert_eq!(validate(&s), vec![]);
+    s.cache = Some(CacheSpec::default());
+    assert_eq!(paths(&validate(&s)), ["spec.cache.store"]);
+    s.cache = Some(CacheSpec {
+        store: Some("file:///c/".into()),
+        max_bytes: Some(granary_crds::ByteSize::Text("12XB".into())),
+        ttl: Some("soon".into()),
+        ..Default::default()
+    });
+    assert_eq!(paths(&validate(&s)), ["spec.cache.maxBytes", "spec.cache.ttl"]);
+}
+
+#[test]
+fn stage_flow() {
+    let mut s = spec();
+    s.stages.insert(0, stage("image.flip", serde_json::json!({})));
+    let p = validate(&s);
+    assert_eq!(paths(&p), ["spec.stages[0].op"]);
+    assert!(p[0].message.contains("image.decode"), "{}", p[0]);
+
+    // A second image field needs its own decode.
+    let mut s = spec();
+    s.stages.push(stage("image.resize", serde_json::json!({"size": 8, "field": "mask"})));
+    assert_eq!(paths(&validate(&s)), ["spec.stages[4].op"]);
+    s.stages.insert(0, stage("image.decode", serde_json::json!({"field": "mask"})));
+    assert_eq!(validate(&s), vec![]);
+}
+
+#[test]
+fn stage_names() {
+    let mut s = spec();
+    s.stages[1].name = Some("image.decode".into());
+    assert_eq!(paths(&validate(&s)), ["spec.stages[1].name"]);
+    // Two unnamed stages of one operator are fine.
+    let mut s = spec();
+    s.stages.insert(2, stage("image.resize", serde_json::json!({"size": 240})));
+    assert_eq!(validate(&s), vec![]);
+}
+
+#[test]
+fn empty_stages_and_ranges() {
+    let mut s = spec();
+    s.stages.clear();
+    s.batch.size = 0;
+    s.epochs = 0;
+    s.shuffle = Some(granary_crds::ShuffleSpec { buffer: 0 });
+    assert_eq!(
+        paths(&validate(&s)),
+        ["spec.stages", "spec.shuffle.buffer", "spec.batch.size", "spec.epochs"]
+    );
+    s.batch.size = 1_000_001;
+    assert!(paths(&validate(&s)).contains(&"spec.batch.size"));
+}
