@@ -1,0 +1,260 @@
+//! `image.decode`: JPEG or PNG bytes → RGB `uint8` image of shape `[height, width, 3]`.
+
+use super::{MAX_PIXELS, MAX_SIDE, missing_field, rgb_value};
+use crate::element::{Element, Value};
+use crate::ops::{OpError, Operator};
+use crate::seed::SeededRng;
+use granary_crds::ops::image::Decode;
+use image::codecs::jpeg::JpegDecoder;
+use image::codecs::png::PngDecoder;
+use image::{DynamicImage, ImageDecoder};
+use std::io::Cursor;
+
+const OP: &str = "image.decode";
+const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
+const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+/// Decodes the encoded bytes in a field into an RGB `uint8` image, in place.
+#[derive(Clone, Debug)]
+pub struct DecodeOp {
+    field: String,
+}
+
+impl DecodeOp {
+    /// The operator for `config`.
+    pub fn new(config: &Decode) -> DecodeOp {
+        DecodeOp { field: config.field.clone() }
+    }
+}
+
+impl Operator for DecodeOp {
+    fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
+        let field = &self.field;
+        let decoded = match element.get(field) {
+            None => return Err(missing_field(OP, field, element)),
+            Some(Value::Bytes(bytes)) => {
+                decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?
+            }
+            Some(Value::Tensor(t)) => {
+                return Err(OpError::new(format!(
+                    "`{OP}`: field `{field}` holds a {} tensor of shape {:?}, not encoded bytes: \
+                     already decoded? Remove the second `image.decode`",
+                    t.dtype().name(),
+                    t.shape
+                )));
+            }
+            Some(Value::Text(_)) => {
+                return Err(OpError::new(format!(
+                    "`{OP}`: field `{field}` holds text, not encoded image bytes; set the \
+                     stage's `field` to the field with the JPEG or PNG bytes"
+                )));
+            }
+        };
+        let (height, width, data) = decoded;
+        element.set(field, rgb_value(height, width, data));
+        Ok(())
+    }
+}
+
+/// Decodes JPEG or PNG `bytes` (told apart by their magic bytes) into RGB `uint8` pixels,
+/// returning `(height, width, pixels)`. Grayscale, alpha and 16-bit images are converted to
+/// 8-bit RGB (alpha is dropped, as PIL's `convert("RGB")` does). Images over [`MAX_SIDE`]
+/// pixels a side or [`MAX_PIXELS`] in all are refused before their pixels are allocated.
+///
+/// The error says what is wrong with the bytes, phrased to follow "field `image` ".
+pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
+    if bytes.starts_with(JPEG_MAGIC) {
+        let decoder = JpegDecoder::new(Cursor::new(bytes))
+            .map_err(|e| format!("holds a corrupt or unsupported JPEG: {e}"))?;
+        finish(decoder, "JPEG")
+    } else if bytes.starts_with(PNG_MAGIC) {
+        let decoder = PngDecoder::new(Cursor::new(bytes))
+            .map_err(|e| format!("holds a corrupt or unsupported PNG: {e}"))?;
+        finish(decoder, "PNG")
+    } else if bytes.is_empty() {
+        Err("is empty (0 bytes), not a JPEG or PNG; drop empty samples from the source".into())
+    } else {
+        let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        Err(format!(
+            "is not a JPEG or PNG: its {} bytes start with {}{}; only JPEG and PNG can be \
+             decoded, so convert or drop such samples",
+            bytes.len(),
+            head.join(" "),
+            other_format(bytes).map(|f| format!(" (looks like {f})")).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Names a few common formats that are not supported, for the error message.
+fn other_format(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"GIF8") {
+        Some("GIF")
+    } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP") {
+        Some("WebP")
+    } else if bytes.starts_with(b"BM") {
+        Some("BMP")
+    } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+        Some("TIFF")
+    } else if bytes.get(4..12).is_some_and(|b| b.starts_with(b"ftyp")) {
+        Some("HEIF/AVIF or another ISO media file")
+    } else {
+        None
+    }
+}
+
+fn finish(decoder: impl ImageDecoder, format: &str) -> Result<(usize, usize, Vec<u8>), String> {
+    let (w, h) = decoder.dimensions();
+    let (w, h) = (w as usize, h as usize);
+    if w == 0 || h == 0 {
+        return Err(format!("holds a {format} of {w}×{h} pixels, which is empty; drop it"));
+    }
+    if w > MAX_SIDE || h > MAX_SIDE || w.saturating_mul(h) > MAX_PIXELS {
+        return Err(format!(
+            "holds a {format} of {w}×{h} pixels, over the limit of {MAX_SIDE} pixels a side \
+             and {MAX_PIXELS} pixels in all; downscale or drop such samples at the source"
+        ));
+    }
+    let image = DynamicImage::from_decoder(decoder)
+        .map_err(|e| format!("holds a corrupt or unsupported {format}: {e}"))?;
+    let rgb = image.into_rgb8();
+    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
+    Ok((h, w, rgb.into_raw()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::image::test_images::pattern;
+    use crate::tensor::{Tensor, TensorData};
+    use image::codecs::jpeg::JpegEncoder;
+    use image::codecs::png::PngEncoder;
+    use image::{ExtendedColorType, ImageEncoder};
+
+    fn png(data: &[u8], w: u32, h: u32, color: ExtendedColorType) -> Vec<u8> {
+        let mut out = Vec::new();
+        PngEncoder::new(&mut out).write_image(data, w, h, color).unwrap();
+        out
+    }
+
+    fn jpeg(data: &[u8], w: u32, h: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        JpegEncoder::new_with_quality(&mut out, 95).write_image(data, w, h, ExtendedColorType::Rgb8).unwrap();
+        out
+    }
+
+    fn run(bytes: Vec<u8>) -> Result<Element, OpError> {
+        let mut e = Element::new("sample");
+        e.set("image", Value::Bytes(bytes.into()));
+        e.set("label", Value::Text("1".into()));
+        let op = DecodeOp::new(&Decode { field: "image".into() });
+        op.apply(&mut e, &mut SeededRng::for_element(0, 0, 0, 0))?;
+        Ok(e)
+    }
+
+    fn tensor(e: &Element) -> &Tensor {
+        match e.get("image") {
+            Some(Value::Tensor(t)) => t,
+            other => panic!("expected a tensor, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn png_rgb_decodes_exactly() {
+        let pixels = pattern(17, 23);
+        let e = run(png(&pixels, 23, 17, ExtendedColorType::Rgb8)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![17, 23, 3]);
+        assert_eq!(t.data, TensorData::U8(pixels));
+        // The field keeps its place; other fields are untouched.
+        assert_eq!(e.fields[0].0, "image");
+        assert_eq!(e.get("label"), Some(&Value::Text("1".into())));
+    }
+
+    #[test]
+    fn jpeg_decodes_to_rgb_close_to_the_source() {
+        let pixels = pattern(32, 48);
+        let e = run(jpeg(&pixels, 48, 32)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![32, 48, 3]);
+        let TensorData::U8(got) = &t.data else { panic!("not uint8") };
+        let mean_err: f64 = got.iter().zip(&pixels).map(|(a, b)| (*a as f64 - *b as f64).abs()).sum::<f64>()
+            / pixels.len() as f64;
+        assert!(mean_err < 8.0, "mean abs error {mean_err}");
+    }
+
+    #[test]
+    fn grayscale_png_becomes_rgb() {
+        let gray: Vec<u8> = (0..6 * 5).map(|i| (i * 8) as u8).collect();
+        let e = run(png(&gray, 5, 6, ExtendedColorType::L8)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![6, 5, 3]);
+        let expected: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
+        assert_eq!(t.data, TensorData::U8(expected));
+    }
+
+    #[test]
+    fn rgba_png_drops_alpha() {
+        let rgba: Vec<u8> = (0..4 * 3).flat_map(|i| [i as u8, 100 + i as u8, 200, (i * 20) as u8]).collect();
+        let e = run(png(&rgba, 4, 3, ExtendedColorType::Rgba8)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![3, 4, 3]);
+        let expected: Vec<u8> = rgba.chunks(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
+        assert_eq!(t.data, TensorData::U8(expected));
+    }
+
+    #[test]
+    fn sixteen_bit_png_becomes_rgb8() {
+        let values: Vec<u16> = (0..2 * 3 * 3).map(|i| (i as u16) * 3855).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let e = run(png(&bytes, 3, 2, ExtendedColorType::Rgb16)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![2, 3, 3]);
+        let expected: Vec<u8> = values.iter().map(|v| (*v / 257) as u8).collect();
+        assert_eq!(t.data, TensorData::U8(expected));
+    }
+
+    #[test]
+    fn corrupt_and_foreign_bytes_are_errors() {
+        let err = run(b"GIF89a\x01\x00\x01\x00".to_vec()).unwrap_err();
+        assert!(err.0.contains("not a JPEG or PNG") && err.0.contains("GIF"), "{err}");
+        let err = run(Vec::new()).unwrap_err();
+        assert!(err.0.contains("empty"), "{err}");
+        let err = run([JPEG_MAGIC, b"garbage garbage garbage"].concat()).unwrap_err();
+        assert!(err.0.contains("corrupt or unsupported JPEG"), "{err}");
+        let err = run([PNG_MAGIC, b"garbage garbage garbage"].concat()).unwrap_err();
+        assert!(err.0.contains("corrupt or unsupported PNG"), "{err}");
+
+        // Truncated files: never a panic; PNG must fail, JPEG may decode what it has.
+        let full = png(&pattern(40, 40), 40, 40, ExtendedColorType::Rgb8);
+        assert!(run(full[..full.len() / 2].to_vec()).is_err());
+        let full = jpeg(&pattern(40, 40), 40, 40);
+        for cut in [4, 20, 100, full.len() / 2] {
+            let _ = run(full[..cut].to_vec());
+        }
+    }
+
+    #[test]
+    fn oversized_dimensions_are_refused_before_decoding() {
+        // A valid 1×20000 PNG: the header alone must be enough to refuse it.
+        let bytes = png(&vec![0u8; 20000 * 3], 20000, 1, ExtendedColorType::Rgb8);
+        let err = run(bytes).unwrap_err();
+        assert!(err.0.contains("over the limit"), "{err}");
+    }
+
+    #[test]
+    fn wrong_field_contents_are_errors() {
+        let op = DecodeOp::new(&Decode { field: "image".into() });
+        let mut rng = SeededRng::for_element(0, 0, 0, 0);
+        let mut e = Element::new("k");
+        e.set("jpg", Value::Bytes(bytes::Bytes::new()));
+        let err = op.apply(&mut e, &mut rng).unwrap_err();
+        assert!(err.0.contains("no field `image`") && err.0.contains("`jpg`"), "{err}");
+
+        e.set("image", rgb_value(1, 1, vec![0, 0, 0]));
+        let err = op.apply(&mut e, &mut rng).unwrap_err();
+        assert!(err.0.contains("already decoded"), "{err}");
+
+        e.set("image", Value::Text("x".into()));
+        assert!(op.apply(&mut e, &mut rng).is_err());
+    }
+}

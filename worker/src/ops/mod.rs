@@ -1,0 +1,62 @@
+//! Operator implementations: one module per family, one file per operator. The typed configs
+//! live in `granary_crds::ops`; [`build`] maps each config to its implementation.
+
+pub mod image;
+pub mod table;
+pub mod text;
+
+use crate::element::Element;
+use crate::seed::SeededRng;
+use granary_crds::OpConfig;
+use std::path::PathBuf;
+
+/// A failure applying an operator to one element.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct OpError(pub String);
+
+impl OpError {
+    /// An error with a message that says what was wrong with the element and how to fix it.
+    pub fn new(message: impl Into<String>) -> OpError {
+        OpError(message.into())
+    }
+}
+
+/// A failure building an operator from its config (e.g. an unreadable tokenizer file).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BuildError(pub String);
+
+/// Reads a whole file given as a path or an object-store URL.
+pub type ReadFn = dyn Fn(&str) -> Result<Vec<u8>, BuildError> + Send + Sync;
+
+/// What operators may need when they are built.
+pub struct BuildContext {
+    /// Folder that relative paths in the spec resolve from (the manifest's folder).
+    pub base_dir: PathBuf,
+    /// Reads a whole file given as a path (relative to `base_dir`) or an object-store URL.
+    pub read: Box<ReadFn>,
+}
+
+/// One stage's implementation: applied to every element, possibly in parallel.
+pub trait Operator: Send + Sync {
+    /// Transforms `element` in place. Random operators draw only from `rng`, the element's own
+    /// seeded stream, so that output does not depend on threads or timing.
+    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError>;
+}
+
+/// Builds the implementation of one stage.
+pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>, BuildError> {
+    Ok(match config {
+        OpConfig::ImageDecode(c) => Box::new(image::decode::DecodeOp::new(c)),
+        OpConfig::ImageResize(c) => Box::new(image::resize::ResizeOp::new(c)),
+        OpConfig::ImageCenterCrop(c) => Box::new(image::crop::CenterCropOp::new(c)),
+        OpConfig::ImageRandomResizedCrop(c) => Box::new(image::crop::RandomResizedCropOp::new(c)),
+        OpConfig::ImageFlip(c) => Box::new(image::flip::FlipOp::new(c)),
+        OpConfig::ImageNormalize(c) => Box::new(image::normalize::NormalizeOp::new(c)),
+        OpConfig::TextTokenize(c) => Box::new(text::tokenize::TokenizeOp::new(c, ctx)?),
+        OpConfig::TextTruncatePad(c) => Box::new(text::truncate_pad::TruncatePadOp::new(c)),
+        OpConfig::TableSelect(c) => Box::new(table::select::SelectOp::new(c)),
+        OpConfig::TableCast(c) => Box::new(table::cast::CastOp::new(c)),
+    })
+}

@@ -1,0 +1,307 @@
+//! `table.cast`: converts numeric columns to another element type.
+
+use crate::element::{Element, Value};
+use crate::ops::text::tokenize::field_names;
+use crate::ops::{OpError, Operator};
+use crate::seed::SeededRng;
+use crate::tensor::{DType, Tensor, TensorData};
+use granary_crds::ops::Cast;
+
+/// Converts each listed column to its element type. Tensors of any shape convert element by
+/// element like numpy's `astype` (float to integer truncates toward zero), except that a value
+/// the target type cannot hold (out of range, NaN, infinity) is an error instead of wrapping.
+/// Text (or UTF-8 bytes, e.g. a WebDataset `.cls` member) holding a number becomes a scalar.
+pub struct CastOp {
+    columns: Vec<(String, DType)>,
+}
+
+impl CastOp {
+    /// The operator for one `table.cast` stage.
+    pub fn new(cfg: &Cast) -> CastOp {
+        CastOp { columns: cfg.columns.iter().map(|(c, t)| (c.clone(), *t)).collect() }
+    }
+}
+
+/// A value the target type cannot hold: its index in the tensor and how to print it.
+struct Unfit {
+    index: usize,
+    value: String,
+}
+
+/// Largest integer +1 and smallest integer of each integer type, as exact `f64`s.
+fn int_bounds(to: DType) -> (f64, f64) {
+    match to {
+        DType::Uint8 => (0.0, 256.0),
+        DType::Int32 => (-2_147_483_648.0, 2_147_483_648.0),
+        _ => (-9_223_372_036_854_775_808.0, 9_223_372_036_854_775_808.0),
+    }
+}
+
+/// Converts integers (exactly held in `i64`) to `to`.
+fn from_ints<I: Iterator<Item = i64>>(values: I, to: DType) -> Result<TensorData, Unfit> {
+    fn fit<T: TryFrom<i64>>(values: impl Iterator<Item = i64>) -> Result<Vec<T>, Unfit> {
+        values
+            .enumerate()
+            .map(|(index, v)| T::try_from(v).map_err(|_| Unfit { index, value: v.to_string() }))
+            .collect()
+    }
+    Ok(match to {
+        DType::Uint8 => TensorData::U8(fit(values)?),
+        DType::Int32 => TensorData::I32(fit(values)?),
+        DType::Int64 => TensorData::I64(values.collect()),
+        DType::Float32 => TensorData::F32(values.map(|v| v as f32).collect()),
+        DType::Float64 => TensorData::F64(values.map(|v| v as f64).collect()),
+    })
+}
+
+/// Converts floats (exactly held in `f64`) to `to`; to an integer type they truncate toward
+/// zero.
+fn from_floats<I: Iterator<Item = f64>>(values: I, to: DType) -> Result<TensorData, Unfit> {
+    match to {
+        DType::Float32 => return Ok(TensorData::F32(values.map(|v| v as f32).collect())),
+        DType::Float64 => return Ok(TensorData::F64(values.collect())),
+        DType::Uint8 | DType::Int32 | DType::Int64 => {}
+    }
+    let (lo, hi) = int_bounds(to);
+    let ints = values.enumerate().map(|(index, v)| {
+        let t = v.trunc();
+        // NaN fails both comparisons.
+        if t >= lo && t < hi { Ok(t as i64) } else { Err(Unfit { index, value: v.to_string() }) }
+    });
+    Ok(match to {
+        DType::Uint8 => TensorData::U8(ints.map(|r| r.map(|v| v as u8)).collect::<Result<_, _>>()?),
+        DType::Int32 => TensorData::I32(ints.map(|r| r.map(|v| v as i32)).collect::<Result<_, _>>()?),
+        _ => TensorData::I64(ints.collect::<Result<_, _>>()?),
+    })
+}
+
+/// Converts a tensor's elements to `to`, keeping its shape.
+fn cast_tensor(t: &Tensor, to: DType) -> Result<Tensor, Unfit> {
+    if t.dtype() == to {
+        return Ok(t.clone());
+    }
+    let data = match (&t.data, to) {
+        (TensorData::F32(v), _) => from_floats(v.iter().map(|&x| f64::from(x)), to)?,
+        (TensorData::F64(v), _) => from_floats(v.iter().copied(), to)?,
+        (TensorData::U8(v), _) => from_ints(v.iter().map(|&x| i64::from(x)), to)?,
+        (TensorData::I32(v), _) => from_ints(v.iter().map(|&x| i64::from(x)), to)?,
+        (TensorData::I64(v), _) => from_ints(v.iter().copied(), to)?,
+    };
+    Ok(Tensor { shape: t.shape.clone(), data })
+}
+
+/// Parses a number written as text into a scalar of type `to`.
+fn parse_scalar(text: &str, to: DType) -> Option<Result<Tensor, Unfit>> {
+    let s = text.trim();
+    let data = match to {
+        DType::Float32 => TensorData::F32(vec![s.parse::<f32>().ok()?]),
+        DType::Float64 => TensorData::F64(vec![s.parse::<f64>().ok()?]),
+        _ => match s.parse::<i64>() {
+            Ok(v) => {
+                return Some(
+                    from_ints(std::iter::once(v), to).map(|d| Tensor { shape: Vec::new(), data: d }),
+                );
+            }
+            Err(_) => {
+                let v = s.parse::<f64>().ok()?;
+                return Some(
+                    from_floats(std::iter::once(v), to).map(|d| Tensor { shape: Vec::new(), data: d }),
+                );
+            }
+        },
+    };
+    Some(Ok(Tensor { shape: Vec::new(), data }))
+}
+
+/// The range an integer type holds, for messages.
+fn range_of(to: DType) -> &'static str {
+    match to {
+        DType::Uint8 => "0..=255",
+        DType::Int32 => "-2147483648..=2147483647",
+        DType::Int64 => "-9223372036854775808..=9223372036854775807",
+        DType::Float32 | DType::Float64 => "any number",
+    }
+}
+
+impl CastOp {
+    fn cast_one(&self, element: &Element, column: &str, to: DType) -> Result<Tensor, OpError> {
+        let key = &element.key;
+        let unfit = |u: Unfit, many: bool| {
+            let at = if many { format!(" at index {}", u.index) } else { String::new() };
+            OpError::new(format!(
+                "table.cast: column `{column}` of element `{key}` holds {}{at}, which {} cannot \
+                 hold (range {}); cast it to a wider type such as float64, or clean the data",
+                u.value,
+                to.name(),
+                range_of(to)
+            ))
+        };
+        let text = match element.get(column) {
+            None => {
+                return Err(OpError::new(format!(
+                    "table.cast: element `{key}` has no column `{column}` (its columns: {}); fix \
+                     the column name in `columns`",
+                    field_names(element)
+                )));
+            }
+            Some(Value::Tensor(t)) => return cast_tensor(t, to).map_err(|u| unfit(u, t.len() > 1)),
+            Some(Value::Text(s)) => s.as_str(),
+            Some(Value::Bytes(b)) => std::str::from_utf8(b).map_err(|_| {
+                OpError::new(format!(
+                    "table.cast: column `{column}` of element `{key}` holds {} bytes that are not \
+                     UTF-8 text; only numeric tensors and numbers written as text can be cast",
+                    b.len()
+                ))
+            })?,
+        };
+        match parse_scalar(text, to) {
+            Some(r) => r.map_err(|u| unfit(u, false)),
+            None => {
+                let shown: String = text.chars().take(40).collect();
+                let more = if shown.len() < text.len() { "…" } else { "" };
+                Err(OpError::new(format!(
+                    "table.cast: column `{column}` of element `{key}` holds the text \
+                     {shown:?}{more}, which is not a number; cast only numeric columns, or drop \
+                     this one with `table.select`",
+                )))
+            }
+        }
+    }
+}
+
+impl Operator for CastOp {
+    fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
+        // Convert every column first so that a failure leaves the element untouched.
+        let mut out = Vec::with_capacity(self.columns.len());
+        for (column, to) in &self.columns {
+            out.push((column, self.cast_one(element, column, *to)?));
+        }
+        for (column, t) in out {
+            element.set(column, Value::Tensor(t));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn op(cols: &[(&str, DType)]) -> CastOp {
+        CastOp::new(&Cast { columns: cols.iter().map(|(c, t)| (c.to_string(), *t)).collect() })
+    }
+
+    fn rng() -> SeededRng {
+        SeededRng::for_element(0, 0, 0, 0)
+    }
+
+    fn one(value: Value, to: DType) -> Result<Value, OpError> {
+        let mut el = Element::new("row#7");
+        el.set("x", value);
+        op(&[("x", to)]).apply(&mut el, &mut rng())?;
+        Ok(el.take("x").unwrap())
+    }
+
+    fn t(shape: &[usize], data: TensorData) -> Value {
+        Value::Tensor(Tensor::new(shape.to_vec(), data).unwrap())
+    }
+
+    #[test]
+    fn floats_truncate_toward_zero_like_numpy() {
+        let v = t(&[4], TensorData::F64(vec![1.9, -1.9, -0.5, 255.99]));
+        assert_eq!(one(v.clone(), DType::Int32).unwrap(), t(&[4], TensorData::I32(vec![1, -1, 0, 255])));
+        assert_eq!(one(v, DType::Int64).unwrap(), t(&[4], TensorData::I64(vec![1, -1, 0, 255])));
+        let v = t(&[2, 1], TensorData::F32(vec![0.7, 255.5]));
+        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[2, 1], TensorData::U8(vec![0, 255])));
+        let v = Value::Tensor(Tensor::scalar_f64(-9_223_372_036_854_775_808.0));
+        assert_eq!(one(v, DType::Int64).unwrap(), t(&[], TensorData::I64(vec![i64::MIN])));
+    }
+
+    #[test]
+    fn integers_and_floats_widen_and_narrow() {
+        let v = Value::Tensor(Tensor::scalar_i64(3));
+        assert_eq!(one(v.clone(), DType::Float32).unwrap(), t(&[], TensorData::F32(vec![3.0])));
+        assert_eq!(one(v.clone(), DType::Float64).unwrap(), t(&[], TensorData::F64(vec![3.0])));
+        assert_eq!(one(v.clone(), DType::Uint8).unwrap(), t(&[], TensorData::U8(vec![3])));
+        assert_eq!(one(v.clone(), DType::Int64).unwrap(), v);
+        let v = t(&[3], TensorData::U8(vec![0, 1, 255]));
+        assert_eq!(one(v, DType::Int32).unwrap(), t(&[3], TensorData::I32(vec![0, 1, 255])));
+        let v = t(&[1], TensorData::F64(vec![0.1]));
+        assert_eq!(one(v, DType::Float32).unwrap(), t(&[1], TensorData::F32(vec![0.1])));
+        let v = t(&[1], TensorData::F32(vec![0.5]));
+        assert_eq!(one(v, DType::Float64).unwrap(), t(&[1], TensorData::F64(vec![0.5])));
+        let v = t(&[0], TensorData::F64(vec![]));
+        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[0], TensorData::U8(vec![])));
+    }
+
+    #[test]
+    fn text_and_utf8_bytes_parse_to_scalars() {
+        assert_eq!(one(Value::Text(" 42 ".into()), DType::Int64).unwrap(), t(&[], TensorData::I64(vec![42])));
+        assert_eq!(one(Value::Text("2.75".into()), DType::Int32).unwrap(), t(&[], TensorData::I32(vec![2])));
+        assert_eq!(
+            one(Value::Text("1e3".into()), DType::Float32).unwrap(),
+            t(&[], TensorData::F32(vec![1000.0]))
+        );
+        assert_eq!(
+            one(Value::Text("-0.25".into()), DType::Float64).unwrap(),
+            t(&[], TensorData::F64(vec![-0.25]))
+        );
+        let cls = Value::Bytes(Bytes::from_static(b"917"));
+        assert_eq!(one(cls, DType::Int64).unwrap(), t(&[], TensorData::I64(vec![917])));
+        assert_eq!(
+            one(Value::Text("9223372036854775807".into()), DType::Int64).unwrap(),
+            t(&[], TensorData::I64(vec![i64::MAX]))
+        );
+    }
+
+    #[test]
+    fn several_columns_and_untouched_others() {
+        let mut el = Element::new("r");
+        el.set("a", Value::Tensor(Tensor::scalar_f64(1.5)));
+        el.set("b", Value::Text("7".into()));
+        el.set("c", Value::Text("keep".into()));
+        op(&[("a", DType::Float32), ("b", DType::Int32)]).apply(&mut el, &mut rng()).unwrap();
+        assert_eq!(el.get("a"), Some(&t(&[], TensorData::F32(vec![1.5]))));
+        assert_eq!(el.get("b"), Some(&t(&[], TensorData::I32(vec![7]))));
+        assert_eq!(el.get("c"), Some(&Value::Text("keep".into())));
+        let names: Vec<_> = el.fields.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"], "order kept");
+    }
+
+    #[test]
+    fn out_of_range_and_nan_name_column_key_and_value() {
+        let e = one(Value::Tensor(Tensor::scalar_f64(f64::NAN)), DType::Int32).unwrap_err();
+        assert!(e.0.contains("column `x`") && e.0.contains("`row#7`") && e.0.contains("NaN"), "{e}");
+        let e = one(Value::Tensor(Tensor::scalar_f64(3e9)), DType::Int32).unwrap_err();
+        assert!(e.0.contains("3000000000") && e.0.contains("int32"), "{e}");
+        let e = one(Value::Tensor(Tensor::scalar_f64(f64::INFINITY)), DType::Int64).unwrap_err();
+        assert!(e.0.contains("inf"), "{e}");
+        let e = one(Value::Tensor(Tensor::scalar_f64(9.3e18)), DType::Int64).unwrap_err();
+        assert!(e.0.contains("int64"), "{e}");
+        let e = one(t(&[3], TensorData::I64(vec![1, 2, 256])), DType::Uint8).unwrap_err();
+        assert!(e.0.contains("256 at index 2") && e.0.contains("0..=255"), "{e}");
+        let e = one(t(&[1], TensorData::I32(vec![-1])), DType::Uint8).unwrap_err();
+        assert!(e.0.contains("-1"), "{e}");
+        let e = one(Value::Text("300".into()), DType::Uint8).unwrap_err();
+        assert!(e.0.contains("300") && e.0.contains("uint8"), "{e}");
+        let e = one(Value::Text("nan".into()), DType::Int64).unwrap_err();
+        assert!(e.0.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn non_numbers_and_missing_columns_are_errors() {
+        let e = one(Value::Text("cat".into()), DType::Int64).unwrap_err();
+        assert!(e.0.contains("\"cat\"") && e.0.contains("not a number"), "{e}");
+        let e = one(Value::Bytes(Bytes::from_static(&[0xff, 0xd8])), DType::Int64).unwrap_err();
+        assert!(e.0.contains("not UTF-8"), "{e}");
+
+        let mut el = Element::new("row#1");
+        el.set("a", Value::Tensor(Tensor::scalar_f64(1.0)));
+        el.set("b", Value::Tensor(Tensor::scalar_f64(2.0)));
+        let before = el.clone();
+        let e = op(&[("a", DType::Int64), ("zz", DType::Int64)]).apply(&mut el, &mut rng()).unwrap_err();
+        assert!(e.0.contains("no column `zz`") && e.0.contains("`a`, `b`"), "{e}");
+        assert_eq!(el, before, "element untouched on error");
+    }
+}

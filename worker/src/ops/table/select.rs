@@ -1,0 +1,90 @@
+//! `table.select`: keeps only the named columns, in the given order.
+
+use crate::element::Element;
+use crate::ops::text::tokenize::field_names;
+use crate::ops::{OpError, Operator};
+use crate::seed::SeededRng;
+use granary_crds::ops::Select;
+
+/// Keeps only the listed fields, in the listed order; every listed field must exist.
+pub struct SelectOp {
+    columns: Vec<String>,
+}
+
+impl SelectOp {
+    /// The operator for one `table.select` stage.
+    pub fn new(cfg: &Select) -> SelectOp {
+        SelectOp { columns: cfg.columns.clone() }
+    }
+}
+
+impl Operator for SelectOp {
+    fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
+        let missing: Vec<String> =
+            self.columns.iter().filter(|c| element.get(c).is_none()).map(|c| format!("`{c}`")).collect();
+        if !missing.is_empty() {
+            return Err(OpError::new(format!(
+                "table.select: element `{}` has no column {} (its columns: {}); fix `columns` \
+                 to name existing columns",
+                element.key,
+                missing.join(", "),
+                field_names(element)
+            )));
+        }
+        let mut fields = std::mem::take(&mut element.fields);
+        element.fields = self
+            .columns
+            .iter()
+            .filter_map(|c| {
+                let i = fields.iter().position(|(n, _)| n == c)?;
+                Some(fields.swap_remove(i))
+            })
+            .collect();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::element::Value;
+    use crate::tensor::Tensor;
+
+    fn op(cols: &[&str]) -> SelectOp {
+        SelectOp::new(&Select { columns: cols.iter().map(|c| c.to_string()).collect() })
+    }
+
+    fn row() -> Element {
+        let mut el = Element::new("rows.parquet#3");
+        el.set("id", Value::Tensor(Tensor::scalar_i64(3)));
+        el.set("label", Value::Tensor(Tensor::scalar_i64(1)));
+        el.set("f0", Value::Tensor(Tensor::scalar_f64(0.5)));
+        el.set("category", Value::Text("b".into()));
+        el
+    }
+
+    fn names(el: &Element) -> Vec<&str> {
+        el.fields.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn keeps_listed_columns_in_listed_order() {
+        let mut el = row();
+        op(&["f0", "id", "category"]).apply(&mut el, &mut SeededRng::for_element(0, 0, 0, 0)).unwrap();
+        assert_eq!(names(&el), ["f0", "id", "category"]);
+        assert_eq!(el.get("f0"), Some(&Value::Tensor(Tensor::scalar_f64(0.5))));
+        assert_eq!(el.get("category"), Some(&Value::Text("b".into())));
+        assert_eq!(el.key, "rows.parquet#3");
+    }
+
+    #[test]
+    fn missing_column_lists_the_elements_columns() {
+        let mut el = row();
+        let e =
+            op(&["id", "f9", "lable"]).apply(&mut el, &mut SeededRng::for_element(0, 0, 0, 0)).unwrap_err();
+        assert!(e.0.contains("no column `f9`, `lable`"), "{e}");
+        assert!(e.0.contains("`id`, `label`, `f0`, `category`"), "{e}");
+        assert!(e.0.contains("rows.parquet#3"), "{e}");
+        assert_eq!(el, row(), "element untouched on error");
+    }
+}
