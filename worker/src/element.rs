@@ -1,0 +1,81 @@
+//! One sample flowing through the pipeline: a key and named fields.
+
+use crate::tensor::Tensor;
+use bytes::Bytes;
+
+/// A field's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// Raw bytes, e.g. an encoded JPEG.
+    Bytes(Bytes),
+    /// UTF-8 text.
+    Text(String),
+    /// A dense tensor (decoded images are `uint8` height × width × channels).
+    Tensor(Tensor),
+}
+
+impl Value {
+    /// Bytes held by the value.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Value::Bytes(b) => b.len(),
+            Value::Text(s) => s.len(),
+            Value::Tensor(t) => t.nbytes(),
+        }
+    }
+
+    /// A short name of the kind of value, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Bytes(_) => "bytes",
+            Value::Text(_) => "text",
+            Value::Tensor(_) => "tensor",
+        }
+    }
+}
+
+/// One sample: a key that names it uniquely within the source (object name, tar member, or
+/// file and row number) and its fields in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Element {
+    /// Unique key of the sample within the source.
+    pub key: String,
+    /// Named fields, in order.
+    pub fields: Vec<(String, Value)>,
+}
+
+impl Element {
+    /// An element with no fields.
+    pub fn new(key: impl Into<String>) -> Element {
+        Element { key: key.into(), fields: Vec::new() }
+    }
+
+    /// The value of field `name`.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The value of field `name`, mutably.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Value> {
+        self.fields.iter_mut().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Sets field `name`, replacing its value in place or appending it.
+    pub fn set(&mut self, name: &str, value: Value) {
+        match self.get_mut(name) {
+            Some(slot) => *slot = value,
+            None => self.fields.push((name.to_string(), value)),
+        }
+    }
+
+    /// Removes field `name` and returns its value.
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        let i = self.fields.iter().position(|(n, _)| n == name)?;
+        Some(self.fields.remove(i).1)
+    }
+
+    /// Bytes held by all fields (the key not counted).
+    pub fn nbytes(&self) -> usize {
+        self.fields.iter().map(|(_, v)| v.nbytes()).sum()
+    }
+}

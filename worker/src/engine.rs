@@ -1,0 +1,233 @@
+//! The in-process engine: a validated manifest in, batches out, one epoch at a time.
+
+use crate::batch::{self, Batch, BatchError};
+use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task};
+use crate::ops::{self, BuildContext, BuildError};
+use crate::seed::{SeededRng, Stream};
+use crate::source::{Source, SourceError, get_bytes};
+use crate::store;
+use granary_crds::{InputPipelineSpec, Manifest, OpConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::runtime::Runtime;
+
+/// Engine settings.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineOptions {
+    /// Compute threads (default: every core).
+    pub threads: usize,
+    /// Bytes of data in flight before reading waits (default 512 MiB).
+    pub prefetch_bytes: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            prefetch_bytes: 512 << 20,
+        }
+    }
+}
+
+/// A failure of the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The spec did not validate.
+    #[error("invalid spec:\n{0}")]
+    Spec(#[from] granary_crds::Problems),
+    /// A stage could not be built.
+    #[error("{path}: {error}")]
+    Build {
+        /// Stage field path.
+        path: String,
+        /// What failed.
+        error: BuildError,
+    },
+    /// Listing or reading the source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Running failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The I/O runtime could not start.
+    #[error("cannot start the I/O runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A pipeline ready to run in this process.
+pub struct Engine {
+    spec: InputPipelineSpec,
+    source: Arc<Source>,
+    plan: Arc<Plan>,
+    options: EngineOptions,
+    runtime: Runtime,
+}
+
+impl Engine {
+    /// Builds the pipeline of `manifest`: lists the source and builds every stage.
+    pub fn open(manifest: &Manifest, options: EngineOptions) -> Result<Engine, EngineError> {
+        let spec = manifest.pipeline.spec.clone();
+        let problems = granary_crds::validate::validate(&spec);
+        if !problems.is_empty() {
+            return Err(granary_crds::Problems(problems).into());
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("granary-io")
+            .enable_all()
+            .build()
+            .map_err(EngineError::Runtime)?;
+        let source = Arc::new(runtime.block_on(Source::open(&spec.source))?);
+        let ctx = build_context(&manifest.base_dir, runtime.handle().clone());
+        let mut stages = Vec::with_capacity(spec.stages.len());
+        for (i, stage) in spec.stages.iter().enumerate() {
+            let path = format!("spec.stages[{i}]");
+            let config = OpConfig::parse(stage, &path).map_err(granary_crds::Problems)?;
+            let op = ops::build(&config, &ctx)
+                .map_err(|error| EngineError::Build { path: path.clone(), error })?;
+            stages.push(Stage { name: stage.display_name().to_string(), path, op });
+        }
+        let plan = Arc::new(Plan {
+            stages,
+            seed: spec.seed,
+            batch_size: spec.batch.size.max(1) as usize,
+            shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
+        });
+        Ok(Engine { spec, source, plan, options, runtime })
+    }
+
+    /// The spec being run.
+    pub fn spec(&self) -> &InputPipelineSpec {
+        &self.spec
+    }
+
+    /// The listed source.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Split indices in the order epoch `epoch` visits them: a seeded permutation when the spec
+    /// shuffles, the listing order otherwise.
+    pub fn split_order(&self, epoch: u32) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.source.splits().len()).collect();
+        if self.plan.shuffle_buffer > 0 {
+            SeededRng::new(self.plan.seed, Stream::SplitOrder, &[u64::from(epoch)]).shuffle(&mut order);
+        }
+        order
+    }
+
+    /// Runs `tasks` in order and yields each split's batches (full ones, then its tail).
+    pub fn run_tasks(&self, tasks: Vec<Task>) -> Execution {
+        let opts = ExecOptions { threads: self.options.threads, prefetch_bytes: self.options.prefetch_bytes };
+        executor::execute(
+            Arc::clone(&self.source),
+            Arc::clone(&self.plan),
+            tasks,
+            opts,
+            self.runtime.handle().clone(),
+        )
+    }
+
+    /// Runs epoch `epoch` and yields its batches: every split's full batches, with split tails
+    /// merged into full batches, and a last partial batch unless `dropRemainder`.
+    pub fn run_epoch(&self, epoch: u32) -> EpochBatches {
+        let tasks = self.split_order(epoch).into_iter().map(|split| Task { epoch, split }).collect();
+        EpochBatches {
+            execution: self.run_tasks(tasks),
+            batch_size: self.plan.batch_size,
+            drop_remainder: self.spec.batch.drop_remainder,
+            tails: None,
+            done: false,
+            epoch,
+        }
+    }
+}
+
+/// The batches of one epoch, in order.
+pub struct EpochBatches {
+    execution: Execution,
+    batch_size: usize,
+    drop_remainder: bool,
+    tails: Option<Batch>,
+    done: bool,
+    epoch: u32,
+}
+
+impl EpochBatches {
+    /// Most bytes held against the prefetch budget at once so far.
+    pub fn peak_in_flight(&self) -> usize {
+        self.execution.peak_in_flight()
+    }
+
+    fn merge_tail(&mut self, tail: Batch) -> Result<Option<Batch>, EngineError> {
+        match self.tails.as_mut() {
+            None => self.tails = Some(tail),
+            Some(acc) => batch::concat(acc, tail).map_err(|e: BatchError| EngineError::Exec(e.into()))?,
+        }
+        if let Some(acc) = self.tails.as_mut()
+            && acc.len() >= self.batch_size
+        {
+            let rest = batch::split_off(acc, self.batch_size);
+            let full = std::mem::replace(acc, rest);
+            return Ok(Some(full));
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for EpochBatches {
+    type Item = Result<Batch, EngineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.execution.next() {
+                Some(Ok(Output::Batch { batch, tail: false })) => return Some(Ok(batch)),
+                Some(Ok(Output::Batch { batch, tail: true })) => match self.merge_tail(batch) {
+                    Ok(Some(full)) => return Some(Ok(full)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+                Some(Ok(Output::SplitDone { .. })) => {}
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
+                None => {
+                    self.done = true;
+                    let rest = self.tails.take().filter(|b| !b.is_empty() && !self.drop_remainder);
+                    return rest.map(|mut b| {
+                        b.epoch = self.epoch;
+                        Ok(b)
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Reads tokenizer files and the like: a path relative to the manifest's folder, an absolute
+/// path, or an object-store URL.
+fn build_context(base_dir: &Path, rt: tokio::runtime::Handle) -> BuildContext {
+    let base: PathBuf = base_dir.to_path_buf();
+    BuildContext {
+        base_dir: base.clone(),
+        read: Box::new(move |location: &str| {
+            if location.contains("://") {
+                let located = store::open(location).map_err(|e| BuildError(e.to_string()))?;
+                let bytes = rt
+                    .block_on(get_bytes(located.store, located.path))
+                    .map_err(|e| BuildError(e.to_string()))?;
+                return Ok(bytes.to_vec());
+            }
+            let path = location.strip_prefix("file:").unwrap_or(location);
+            let full = base.join(path);
+            std::fs::read(&full).map_err(|e| BuildError(format!("cannot read `{}`: {e}", full.display())))
+        }),
+    }
+}

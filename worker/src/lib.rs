@@ -1,0 +1,25 @@
+//! Granary's data plane: sources over object storage, operators, and the executor that turns a
+//! validated `InputPipeline` spec into a deterministic, memory-bounded stream of batches.
+//!
+//! The data path is a straight line: object store → source splits → operators → shuffle within
+//! a split → batches. Everything random is seeded per (seed, epoch, split, element), so a split
+//! re-run yields identical elements whatever the thread count.
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("granary-worker assumes a little-endian target: batch buffers are little-endian");
+
+pub mod batch;
+pub mod budget;
+pub mod element;
+pub mod engine;
+pub mod executor;
+pub mod ops;
+pub mod seed;
+pub mod source;
+pub mod store;
+pub mod tensor;
+
+pub use batch::{Batch, BatchTensor};
+pub use element::{Element, Value};
+pub use engine::{Engine, EngineError, EngineOptions};
+pub use tensor::{DType, Tensor, TensorData};

@@ -1,0 +1,244 @@
+//! Sources: listing a dataset in object storage into splits, and streaming each split's records
+//! as elements. A split is the unit of work that is shuffled, assigned and replayed: a group of
+//! files, a WebDataset shard, a JSONL file, or a Parquet row group.
+
+pub mod files;
+pub mod jsonl;
+pub mod parquet;
+pub mod values;
+pub mod webdataset;
+
+use crate::element::Element;
+use crate::store::{self, Located};
+use futures::TryStreamExt;
+use granary_crds::{SourceFormat, SourceSpec};
+use object_store::path::Path as StorePath;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use std::sync::Arc;
+use tokio::runtime::Handle;
+
+/// A failure listing or reading the source.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The store could not be opened.
+    #[error("spec.source.url: {0}")]
+    Store(#[from] store::StoreError),
+    /// A store operation failed.
+    #[error("{what} `{location}`: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Object path.
+        location: String,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The data is not what the format says.
+    #[error("{location}: {message}")]
+    Data {
+        /// Object path (and line, member or row).
+        location: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Nothing to read.
+    #[error("spec.source.url: no {format} objects under `{url}`; check the URL and spec.source.format")]
+    Empty {
+        /// The source URL.
+        url: String,
+        /// The format looked for.
+        format: &'static str,
+    },
+}
+
+impl SourceError {
+    pub(crate) fn data(location: impl Into<String>, message: impl Into<String>) -> SourceError {
+        SourceError::Data { location: location.into(), message: message.into() }
+    }
+
+    pub(crate) fn io(what: &'static str, location: &StorePath, source: object_store::Error) -> SourceError {
+        SourceError::Io { what, location: location.to_string(), source }
+    }
+}
+
+/// One object of a split.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Object {
+    /// Path inside the store.
+    pub location: StorePath,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// What a split reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SplitKind {
+    /// A group of files, one sample each, with optional labels.
+    Files(Vec<(Object, Option<i64>)>),
+    /// One WebDataset tar shard.
+    Shard(Object),
+    /// One JSON Lines file.
+    Jsonl(Object),
+    /// One row group of a Parquet file.
+    RowGroup {
+        /// The file.
+        object: Object,
+        /// Row group index in the file.
+        row_group: usize,
+        /// Row number (within the file) of the group's first row.
+        first_row: u64,
+        /// Rows in the group.
+        rows: u64,
+    },
+}
+
+/// A unit of work: shuffled, assigned and replayed as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    /// Index in the source's listing; seeds its randomness.
+    pub id: u64,
+    /// What it reads.
+    pub kind: SplitKind,
+}
+
+impl Split {
+    /// Bytes the split reads from the store (an estimate for row groups).
+    pub fn bytes(&self) -> u64 {
+        match &self.kind {
+            SplitKind::Files(files) => files.iter().map(|(o, _)| o.size).sum(),
+            SplitKind::Shard(o) | SplitKind::Jsonl(o) => o.size,
+            SplitKind::RowGroup { object, .. } => object.size,
+        }
+    }
+}
+
+/// A listed dataset.
+pub struct Source {
+    located: Located,
+    format: SourceFormat,
+    splits: Vec<Split>,
+}
+
+/// Whether the reader should go on after an element was handed over.
+pub type Emit<'a> = dyn FnMut(Element) -> bool + 'a;
+
+impl Source {
+    /// Lists the dataset at `spec.source.url` into splits.
+    pub async fn open(spec: &SourceSpec) -> Result<Source, SourceError> {
+        let located = store::open(&spec.url)?;
+        let objects = list(&located).await?;
+        let splits = match spec.format {
+            SourceFormat::Files => files::splits(&located, spec, objects).await?,
+            SourceFormat::Webdataset => {
+                one_per_object(&located, objects, &[".tar"], "webdataset", SplitKind::Shard)?
+            }
+            SourceFormat::Jsonl => {
+                one_per_object(&located, objects, &[".jsonl", ".ndjson", ".json"], "jsonl", SplitKind::Jsonl)?
+            }
+            SourceFormat::Parquet => parquet::splits(&located, objects).await?,
+        };
+        Ok(Source { located, format: spec.format, splits })
+    }
+
+    /// The splits, in listing order.
+    pub fn splits(&self) -> &[Split] {
+        &self.splits
+    }
+
+    /// The layout of the data.
+    pub fn format(&self) -> SourceFormat {
+        self.format
+    }
+
+    /// The store the source reads.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.located.store
+    }
+
+    /// Streams `split`'s elements into `emit`, in order, until it returns false. Runs on a plain
+    /// thread; store I/O goes through `rt`.
+    pub fn read_split(&self, split: &Split, rt: &Handle, emit: &mut Emit<'_>) -> Result<(), SourceError> {
+        let store = &self.located.store;
+        match &split.kind {
+            SplitKind::Files(samples) => files::read(store, &self.located.path, samples, rt, emit),
+            SplitKind::Shard(object) => webdataset::read(store, &self.located.path, object, rt, emit),
+            SplitKind::Jsonl(object) => jsonl::read(store, &self.located.path, object, rt, emit),
+            SplitKind::RowGroup { object, row_group, first_row, .. } => {
+                parquet::read(store, &self.located.path, object, *row_group, *first_row, rt, emit)
+            }
+        }
+    }
+}
+
+/// Lists every object under the URL's prefix, sorted; a URL naming one object yields it alone.
+async fn list(located: &Located) -> Result<Vec<ObjectMeta>, SourceError> {
+    let prefix = (!located.path.as_ref().is_empty()).then_some(&located.path);
+    let mut objects: Vec<ObjectMeta> = located
+        .store
+        .list(prefix)
+        .try_collect()
+        .await
+        .map_err(|e| SourceError::io("listing", &located.path, e))?;
+    if objects.is_empty()
+        && !located.url.path().ends_with('/')
+        && let Ok(meta) = located.store.head(&located.path).await
+    {
+        objects.push(meta);
+    }
+    objects.retain(|o| o.location.filename().is_some_and(|name| !name.starts_with('.')));
+    objects.sort_by(|a, b| a.location.cmp(&b.location));
+    Ok(objects)
+}
+
+fn one_per_object(
+    located: &Located,
+    objects: Vec<ObjectMeta>,
+    extensions: &[&str],
+    format: &'static str,
+    kind: fn(Object) -> SplitKind,
+) -> Result<Vec<Split>, SourceError> {
+    let splits: Vec<Split> = objects
+        .into_iter()
+        .filter(|o| extensions.iter().any(|ext| o.location.as_ref().ends_with(ext)))
+        .enumerate()
+        .map(|(i, o)| Split { id: i as u64, kind: kind(Object { location: o.location, size: o.size }) })
+        .collect();
+    if splits.is_empty() {
+        return Err(SourceError::Empty { url: located.url.to_string(), format });
+    }
+    Ok(splits)
+}
+
+/// The key of an object: its path relative to the source's prefix (the file name when the
+/// source names a single object).
+pub(crate) fn relative_key(root: &StorePath, location: &StorePath) -> String {
+    match location.prefix_match(root) {
+        Some(parts) => {
+            let rel: Vec<String> = parts.map(|p| p.as_ref().to_string()).collect();
+            if rel.is_empty() { location.filename().unwrap_or_default().to_string() } else { rel.join("/") }
+        }
+        None => location.to_string(),
+    }
+}
+
+/// Reads a whole object.
+pub(crate) async fn get_bytes(
+    store: Arc<dyn ObjectStore>,
+    location: StorePath,
+) -> Result<bytes::Bytes, SourceError> {
+    let result = store.get(&location).await.map_err(|e| SourceError::io("reading", &location, e))?;
+    result.bytes().await.map_err(|e| SourceError::io("reading", &location, e))
+}
+
+/// A blocking reader over an object's byte stream, for parsers that want `std::io::Read`.
+pub(crate) fn blocking_reader(
+    store: &Arc<dyn ObjectStore>,
+    location: &StorePath,
+    rt: &Handle,
+) -> Result<impl std::io::Read + use<>, SourceError> {
+    let result = rt.block_on(store.get(location)).map_err(|e| SourceError::io("reading", location, e))?;
+    let stream = result.into_stream().map_err(std::io::Error::other);
+    let reader = tokio_util::io::StreamReader::new(stream);
+    Ok(tokio_util::io::SyncIoBridge::new_with_handle(reader, rt.clone()))
+}

@@ -1,0 +1,88 @@
+//! Dense tensors: typed storage plus a shape.
+
+pub use granary_crds::DType;
+
+/// Typed, contiguous storage of a tensor's elements in row-major order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    /// `uint8`
+    U8(Vec<u8>),
+    /// `int32`
+    I32(Vec<i32>),
+    /// `int64`
+    I64(Vec<i64>),
+    /// `float32`
+    F32(Vec<f32>),
+    /// `float64`
+    F64(Vec<f64>),
+}
+
+/// A dense tensor: row-major data and its shape (empty shape = scalar).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Extent of each axis.
+    pub shape: Vec<usize>,
+    /// The elements, `shape.iter().product()` of them.
+    pub data: TensorData,
+}
+
+impl Tensor {
+    /// A tensor from data and shape; `None` when the element count does not match the shape.
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Option<Tensor> {
+        let t = Tensor { shape, data };
+        (t.len() == t.shape.iter().product::<usize>()).then_some(t)
+    }
+
+    /// A scalar `int64`.
+    pub fn scalar_i64(v: i64) -> Tensor {
+        Tensor { shape: Vec::new(), data: TensorData::I64(vec![v]) }
+    }
+
+    /// A scalar `float64`.
+    pub fn scalar_f64(v: f64) -> Tensor {
+        Tensor { shape: Vec::new(), data: TensorData::F64(vec![v]) }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            TensorData::U8(_) => DType::Uint8,
+            TensorData::I32(_) => DType::Int32,
+            TensorData::I64(_) => DType::Int64,
+            TensorData::F32(_) => DType::Float32,
+            TensorData::F64(_) => DType::Float64,
+        }
+    }
+
+    /// Number of elements stored.
+    pub fn len(&self) -> usize {
+        match &self.data {
+            TensorData::U8(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::F32(v) => v.len(),
+            TensorData::F64(v) => v.len(),
+        }
+    }
+
+    /// True when the tensor holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as little-endian bytes (the host is little-endian, so this is a view).
+    pub fn as_le_bytes(&self) -> &[u8] {
+        match &self.data {
+            TensorData::U8(v) => v,
+            TensorData::I32(v) => bytemuck::cast_slice(v),
+            TensorData::I64(v) => bytemuck::cast_slice(v),
+            TensorData::F32(v) => bytemuck::cast_slice(v),
+            TensorData::F64(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// Size of the data in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.len() * self.dtype().size()
+    }
+}
