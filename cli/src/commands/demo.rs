@@ -1,0 +1,82 @@
+//! `granary demo`: generate a small deterministic dataset and run every example pipeline on it.
+
+use crate::commands::run::{self, RunArgs};
+use crate::demo::data::{self, DataOptions};
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The example manifests, as shipped in `examples/`.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("imagenet-resnet50.yaml", include_str!("../../../examples/imagenet-resnet50.yaml")),
+    ("imagenet-resnet50-uint8.yaml", include_str!("../../../examples/imagenet-resnet50-uint8.yaml")),
+    ("bert-tokenize.yaml", include_str!("../../../examples/bert-tokenize.yaml")),
+    ("parquet-features.yaml", include_str!("../../../examples/parquet-features.yaml")),
+];
+
+/// The data folder the examples name, relative to `examples/`.
+const EXAMPLE_DATA: &str = "../granary-demo/";
+
+/// Arguments of `granary demo`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DemoArgs {
+    /// Folder for the generated data.
+    #[arg(long, default_value = "granary-demo")]
+    pub dir: PathBuf,
+    /// Number of images to generate.
+    #[arg(long, default_value_t = 256)]
+    pub images: usize,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print one JSON line per example instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Only generate the data; run nothing.
+    #[arg(long)]
+    pub no_run: bool,
+}
+
+/// Runs `granary demo`.
+pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
+    let dir = args.dir.canonicalize().with_context(|| format!("cannot resolve {}", args.dir.display()))?;
+    let options = DataOptions { images: args.images, ..DataOptions::default() };
+    let summary = data::generate(&dir, &options)?;
+    if !args.json {
+        println!("generated {summary:?} in {}", dir.display());
+    }
+    if args.no_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (name, text) in EXAMPLES {
+        let manifest = example_manifest(text, &dir).with_context(|| format!("examples/{name}"))?;
+        let run_args = RunArgs {
+            file: PathBuf::from(name),
+            epochs: Some(1),
+            limit_batches: None,
+            threads: args.threads,
+            prefetch_bytes: "512Mi".to_string(),
+            json: true,
+            digest: false,
+            set: Vec::new(),
+        };
+        let summary =
+            run::execute(&manifest, &run_args).with_context(|| format!("running examples/{name}"))?;
+        if args.json {
+            println!("{}", serde_json::to_string(&summary)?);
+        } else {
+            run::print_summary(&summary);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses an example with its data paths pointed at `dir`.
+pub fn example_manifest(text: &str, dir: &Path) -> anyhow::Result<granary_crds::Manifest> {
+    let dir = dir.to_string_lossy();
+    let text = text
+        .replace(&format!("file:{EXAMPLE_DATA}"), &format!("file://{dir}/"))
+        .replace(EXAMPLE_DATA, &format!("{dir}/"));
+    granary_crds::parse_manifest(&text, Path::new(dir.as_ref()), &[]).map_err(|p| anyhow::anyhow!("{p}"))
+}

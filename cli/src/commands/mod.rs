@@ -1,0 +1,4 @@
+pub mod crd;
+pub mod demo;
+pub mod run;
+pub mod validate;

@@ -1,0 +1,225 @@
+//! `granary run`: the in-process engine with a progress bar and a summary.
+
+use anyhow::Context;
+use granary_crds::load_manifest;
+use granary_worker::{Batch, Engine, EngineOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Arguments of `granary run`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// InputPipeline manifest.
+    pub file: PathBuf,
+    /// Number of epochs (overrides spec.epochs).
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// Stop after this many batches in all.
+    #[arg(long)]
+    pub limit_batches: Option<u64>,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
+    #[arg(long, default_value = "512Mi")]
+    pub prefetch_bytes: String,
+    /// Print one JSON summary line on stdout instead of the text summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also compute a digest of every epoch's batches (keys and tensor bytes), to compare runs.
+    #[arg(long)]
+    pub digest: bool,
+    /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// One epoch's figures.
+#[derive(Serialize, Debug, Clone)]
+pub struct EpochSummary {
+    /// Epoch, counted from 0.
+    pub epoch: u32,
+    /// Elements delivered.
+    pub items: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Wall time of the epoch.
+    pub seconds: f64,
+    /// Digest of the epoch's batches, with `--digest`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// The run's figures (`--json`).
+#[derive(Serialize, Debug, Clone)]
+pub struct RunSummary {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Elements delivered.
+    pub items: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Tensor bytes delivered.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Elements per second.
+    pub items_per_s: f64,
+    /// Tensor megabytes (10^6) per second.
+    pub mb_per_s: f64,
+    /// Peak resident memory of this process (VmHWM), if known.
+    pub peak_rss_bytes: Option<u64>,
+    /// Compute threads used.
+    pub threads: usize,
+    /// Per-epoch figures.
+    pub epochs: Vec<EpochSummary>,
+}
+
+/// Runs `granary run`.
+pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let manifest = match load_manifest(&args.file, &args.set) {
+        Ok(m) => m,
+        Err(problems) => {
+            eprintln!("{}: invalid ({} problems)", args.file.display(), problems.0.len());
+            for p in &problems.0 {
+                eprintln!("{p}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let summary = execute(&manifest, args)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a loaded manifest with the options of `args` and returns the figures.
+pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
+    let mut options = EngineOptions::default();
+    if let Some(t) = args.threads {
+        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        options.threads = t;
+    }
+    options.prefetch_bytes = granary_crds::quantity::parse_bytes(&args.prefetch_bytes)
+        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+    let engine = Engine::open(manifest, options)?;
+    let epochs = args.epochs.unwrap_or(engine.spec().epochs);
+    let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
+    let bar = progress_bar(args.json);
+    let limit = args.limit_batches.unwrap_or(u64::MAX);
+    let start = Instant::now();
+    let mut summary = RunSummary {
+        pipeline: name,
+        items: 0,
+        batches: 0,
+        bytes: 0,
+        seconds: 0.0,
+        items_per_s: 0.0,
+        mb_per_s: 0.0,
+        peak_rss_bytes: None,
+        threads: options.threads,
+        epochs: Vec::new(),
+    };
+    'epochs: for epoch in 0..epochs {
+        let epoch_start = Instant::now();
+        let mut e = EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None };
+        let mut hasher = args.digest.then(DefaultHasher::new);
+        for batch in engine.run_epoch(epoch) {
+            let batch = batch.with_context(|| format!("epoch {epoch}"))?;
+            if let Some(h) = hasher.as_mut() {
+                hash_batch(&batch, h);
+            }
+            e.items += batch.len() as u64;
+            e.batches += 1;
+            summary.items += batch.len() as u64;
+            summary.batches += 1;
+            summary.bytes += batch.nbytes() as u64;
+            let secs = start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_position(summary.batches);
+            bar.set_message(format!(
+                "epoch {}/{epochs} · {:.0} items/s · {:.0} MB/s",
+                epoch + 1,
+                summary.items as f64 / secs,
+                summary.bytes as f64 / secs / 1e6
+            ));
+            if summary.batches >= limit {
+                e.seconds = epoch_start.elapsed().as_secs_f64();
+                e.digest = hasher.map(|h| format!("{:016x}", h.finish()));
+                summary.epochs.push(e);
+                break 'epochs;
+            }
+        }
+        e.seconds = epoch_start.elapsed().as_secs_f64();
+        e.digest = hasher.map(|h| format!("{:016x}", h.finish()));
+        summary.epochs.push(e);
+    }
+    bar.finish_and_clear();
+    summary.seconds = start.elapsed().as_secs_f64();
+    let secs = summary.seconds.max(1e-9);
+    summary.items_per_s = summary.items as f64 / secs;
+    summary.mb_per_s = summary.bytes as f64 / secs / 1e6;
+    summary.peak_rss_bytes = peak_rss();
+    Ok(summary)
+}
+
+fn hash_batch(batch: &Batch, h: &mut DefaultHasher) {
+    batch.keys.hash(h);
+    for t in &batch.tensors {
+        t.name.hash(h);
+        t.dtype.name().hash(h);
+        t.shape.hash(h);
+        t.data.hash(h);
+    }
+}
+
+fn progress_bar(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {pos} batches · {elapsed} · {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Peak resident set size of this process (VmHWM), on Linux.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Prints the human summary.
+pub fn print_summary(s: &RunSummary) {
+    println!(
+        "{}: {} items in {} batches, {:.2} s: {:.0} items/s, {:.1} MB/s ({} threads{})",
+        s.pipeline,
+        s.items,
+        s.batches,
+        s.seconds,
+        s.items_per_s,
+        s.mb_per_s,
+        s.threads,
+        s.peak_rss_bytes.map(|b| format!(", peak RSS {} MiB", b >> 20)).unwrap_or_default()
+    );
+    for e in &s.epochs {
+        println!(
+            "  epoch {}: {} items, {} batches, {:.2} s{}",
+            e.epoch,
+            e.items,
+            e.batches,
+            e.seconds,
+            e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! The demo: a small deterministic synthetic dataset for the example pipelines.
+
+pub mod data;

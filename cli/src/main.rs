@@ -1,0 +1,59 @@
+//! `granary`: run ML input pipelines locally, validate specs, print the CRD, generate a demo.
+
+mod commands;
+mod demo;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Granary: ML input data processing as a service.
+#[derive(Parser)]
+#[command(name = "granary", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline in this process and report its throughput.
+    Run(commands::run::RunArgs),
+    /// Check InputPipeline manifests; prints each problem as `FIELD_PATH: message`.
+    Validate {
+        /// Manifest files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the InputPipeline CustomResourceDefinition as YAML.
+    Crd,
+    /// Generate a small synthetic dataset and run every example pipeline on it.
+    Demo(commands::demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => commands::run::run(&args),
+        Command::Validate { files } => return commands::validate::validate(&files),
+        Command::Crd => commands::crd::crd().map(|yaml| {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }),
+        Command::Demo(args) => commands::demo::demo(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
