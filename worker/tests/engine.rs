@@ -58,8 +58,10 @@ spec:
     granary_crds::parse_manifest(&text, Path::new("/"), &[]).unwrap()
 }
 
+/// A budget far smaller than one batch, with a consumer that keeps every batch and splits smaller
+/// than a batch (all tails): the reader must never wait on memory the consumer holds.
 fn run(manifest: &granary_crds::Manifest, threads: usize, epoch: u32) -> Vec<Batch> {
-    let engine = Engine::open(manifest, EngineOptions { threads, prefetch_bytes: 1 << 20 }).unwrap();
+    let engine = Engine::open(manifest, EngineOptions { threads, prefetch_bytes: 64 << 10 }).unwrap();
     engine.run_epoch(epoch).collect::<Result<Vec<_>, _>>().unwrap()
 }
 

@@ -153,6 +153,13 @@ impl Iterator for Execution {
             return None;
         }
         match self.outputs.recv() {
+            Ok(Ok(Output::Batch { mut batch, tail })) => {
+                // Handed over: what the consumer keeps is its own memory, not prefetch. Holding
+                // it against the budget would stall the reader behind a consumer that keeps
+                // batches (or behind merged split tails) forever.
+                batch.permit = None;
+                Some(Ok(Output::Batch { batch, tail }))
+            }
             Ok(Ok(output)) => Some(Ok(output)),
             Ok(Err(e)) => {
                 self.failed = true;

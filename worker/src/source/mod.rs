@@ -134,7 +134,7 @@ impl Source {
                 one_per_object(&located, objects, &[".tar"], "webdataset", SplitKind::Shard)?
             }
             SourceFormat::Jsonl => {
-                one_per_object(&located, objects, &[".jsonl", ".ndjson", ".json"], "jsonl", SplitKind::Jsonl)?
+                one_per_object(&located, objects, &[".jsonl", ".ndjson"], "jsonl", SplitKind::Jsonl)?
             }
             SourceFormat::Parquet => parquet::splits(&located, objects).await?,
         };
