@@ -14,6 +14,7 @@ pub mod scaling;
 pub mod source;
 pub mod stage;
 pub mod status;
+mod suggest;
 pub mod validate;
 
 pub use cache::{ByteSize, CachePolicy, CacheSpec};

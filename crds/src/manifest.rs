@@ -6,6 +6,7 @@
 //! stages, type errors, missing required fields, and finally everything [`validate`] finds.
 
 use crate::fieldpath::{Seg, format_path, parse_path};
+use crate::suggest::{backticked, did_you_mean};
 use crate::{InputPipeline, InputPipelineSpec, Problem, Problems, validate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -682,46 +683,13 @@ fn unknown_field(full_path: &[Seg], known: &[&str]) -> Problem {
         Some(Seg::Index(i)) => format!("[{i}]"),
         None => String::new(),
     };
-    let mut message = format!("unknown field `{name}`");
-    if let Some(best) = closest(&name, known) {
-        message.push_str(&format!(" (did you mean `{best}`?)"));
-    }
+    let mut message = format!("unknown field `{name}`{}", did_you_mean(&name, known));
     if known.is_empty() {
         message.push_str("; remove it");
     } else {
-        let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
-        message.push_str(&format!("; expected one of {}", list.join(", ")));
+        message.push_str(&format!("; expected one of {}", backticked(known)));
     }
     Problem::new(format_path(full_path), message)
-}
-
-/// The known name closest to `name`, if it is close enough to be a likely typo.
-fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
-    let lower = name.to_ascii_lowercase();
-    known
-        .iter()
-        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance, for "did you mean" hints; `usize::MAX` for names too long to be typos.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    if a.len() > 128 || b.len() > 128 {
-        return usize::MAX;
-    }
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 fn segs_of_ignored(path: &serde_ignored::Path<'_>) -> Vec<Seg> {

@@ -7,6 +7,7 @@
 
 use crate::ops::op_info;
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
+use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
     CachePolicy, CacheSpec, InputPipelineSpec, OpConfig, Problem, ScalingPolicy, ScalingSpec, SourceFormat,
     SourceSpec, StageSpec,
@@ -234,15 +235,11 @@ fn refine_stage_problem(p: Problem, path: &str, stage: &StageSpec) -> Problem {
             .split_once("expected ")
             .map(|(_, list)| list.split('`').skip(1).step_by(2).collect())
             .unwrap_or_default();
-        let mut message = format!("unknown field `{name}` for `{}`", stage.op);
-        if let Some(best) = closest(&name, &known) {
-            message.push_str(&format!(" (did you mean `{best}`?)"));
-        }
+        let mut message = format!("unknown field `{name}` for `{}`{}", stage.op, did_you_mean(&name, &known));
         if known.is_empty() {
             message.push_str("; it takes no fields besides `op` and `name`");
         } else {
-            let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
-            message.push_str(&format!("; its fields are {} (besides `op` and `name`)", list.join(", ")));
+            message.push_str(&format!("; its fields are {} (besides `op` and `name`)", backticked(&known)));
         }
         return Problem::new(format!("{path}.{name}"), message);
     }
@@ -261,15 +258,6 @@ fn refine_stage_problem(p: Problem, path: &str, stage: &StageSpec) -> Problem {
         return Problem::new(format!("{path}.{name}"), format!("missing: `{}` needs `{name}`", stage.op));
     }
     p
-}
-
-fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
-    known
-        .iter()
-        .map(|k| (crate::manifest::edit_distance(&name.to_ascii_lowercase(), &k.to_ascii_lowercase()), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
 }
 
 fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
@@ -536,7 +524,7 @@ fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {
             let hint = stages
                 .iter()
                 .map(|s| s.display_name())
-                .find(|n| crate::manifest::edit_distance(n, at) <= 2)
+                .find(|n| edit_distance(n, at) <= 2)
                 .map(|n| format!("; did you mean `{n}`?"))
                 .unwrap_or_default();
             problems.push(Problem::new(
