@@ -12,6 +12,8 @@
 pub mod crop;
 pub mod decode;
 pub mod flip;
+pub mod fused;
+pub mod jpeg;
 pub mod normalize;
 pub mod resize;
 

@@ -1,0 +1,365 @@
+//! JPEG decoding with libjpeg-turbo's TurboJPEG 3 API: read the header, then decode only a
+//! window of the image, optionally DCT-scaled by `n/8` (the IDCT itself produces the smaller
+//! image, so the work shrinks with the square of the scale).
+//!
+//! This is how tf.data's `decode_and_crop_jpeg`, PIL's draft mode and DALI's ROI decode avoid
+//! paying for pixels a random crop throws away: rows below the window are never decoded, rows
+//! above it are only entropy-decoded, and columns outside it skip the IDCT and colour
+//! conversion.
+
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+use turbojpeg_sys as tj;
+
+/// iMCU width in pixels for each TurboJPEG subsampling code (`TJSAMP_444` = 0 … `TJSAMP_441`
+/// = 6), as `tjMCUWidth` in `turbojpeg.h`, which the library does not export.
+const MCU_WIDTH: [usize; 7] = [8, 16, 16, 8, 8, 32, 8];
+
+/// What the header says about a JPEG.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JpegInfo {
+    /// Columns at full size.
+    pub width: usize,
+    /// Rows at full size.
+    pub height: usize,
+    /// Width in full-size pixels of one iMCU (8, 16 or 32 depending on chroma subsampling).
+    pub mcu_width: usize,
+    /// Whether TurboJPEG can decode a window of this image into 8-bit RGB (8-bit, lossy,
+    /// known subsampling, not CMYK). Other JPEGs take the generic decoder.
+    pub windowable: bool,
+}
+
+impl JpegInfo {
+    /// Side length of the image scaled by `num/8`, as libjpeg computes it (rounded up).
+    pub fn scaled(dimension: usize, num: usize) -> usize {
+        (dimension * num).div_ceil(8)
+    }
+
+    /// Width of one iMCU in pixels of the image scaled by `num/8`: window left edges must be a
+    /// multiple of it.
+    pub fn scaled_mcu_width(&self, num: usize) -> usize {
+        Self::scaled(self.mcu_width, num)
+    }
+}
+
+/// A window of the scaled image to decode, in scaled pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// First column; a multiple of [`JpegInfo::scaled_mcu_width`].
+    pub left: usize,
+    /// First row.
+    pub top: usize,
+    /// Columns.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+}
+
+/// A TurboJPEG decompressor. Not shared between threads; [`with_decoder`] keeps one per thread.
+pub struct TurboDecoder {
+    handle: NonNull<std::ffi::c_void>,
+    /// Address and length of the JPEG whose header was read last: the cropping region is
+    /// checked against that header.
+    header_of: Option<(usize, usize)>,
+}
+
+impl Drop for TurboDecoder {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init and is destroyed once.
+        unsafe { tj::tj3Destroy(self.handle.as_ptr()) }
+    }
+}
+
+impl TurboDecoder {
+    /// A new decompressor.
+    pub fn new() -> Result<TurboDecoder, String> {
+        let mut decoder = TurboDecoder { handle: Self::init()?, header_of: None };
+        decoder.configure()?;
+        Ok(decoder)
+    }
+
+    fn init() -> Result<NonNull<std::ffi::c_void>, String> {
+        // SAFETY: plain constructor; a null return is handled.
+        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as libc::c_int) };
+        NonNull::new(raw).ok_or_else(|| "cannot start libjpeg-turbo".to_string())
+    }
+
+    fn configure(&mut self) -> Result<(), String> {
+        // Skip copying ICC profiles out of every header: the pixels are all we use.
+        self.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)?;
+        // A progressive JPEG with thousands of scans is a denial of service, not an image.
+        self.set(tj::TJPARAM_TJPARAM_SCANLIMIT, 500)?;
+        self.set(tj::TJPARAM_TJPARAM_MAXPIXELS, super::MAX_PIXELS as libc::c_int)
+    }
+
+    /// The message of the last error; then a fresh handle, because libjpeg's state after an
+    /// error in the middle of a header or scan is not safe to reuse.
+    fn fail(&mut self) -> String {
+        let message = self.error();
+        self.header_of = None;
+        if let Ok(fresh) = Self::init() {
+            let old = std::mem::replace(&mut self.handle, fresh);
+            // SAFETY: `old` came from tj3Init and is no longer referenced.
+            unsafe { tj::tj3Destroy(old.as_ptr()) };
+            let _ = self.configure();
+        }
+        message
+    }
+
+    fn error(&self) -> String {
+        // SAFETY: the handle is live; TurboJPEG returns a NUL-terminated static or per-handle
+        // string, copied out at once.
+        unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.handle.as_ptr())) }
+            .to_string_lossy()
+            .trim()
+            .replace('\n', " ")
+    }
+
+    fn set(&mut self, param: tj::TJPARAM, value: libc::c_int) -> Result<(), String> {
+        // SAFETY: the handle is live.
+        let rc = unsafe { tj::tj3Set(self.handle.as_ptr(), param as libc::c_int, value) };
+        if rc == 0 { Ok(()) } else { Err(self.error()) }
+    }
+
+    fn get(&self, param: tj::TJPARAM) -> libc::c_int {
+        // SAFETY: the handle is live.
+        unsafe { tj::tj3Get(self.handle.as_ptr(), param as libc::c_int) }
+    }
+
+    /// Reads the header of `jpeg`.
+    pub fn header(&mut self, jpeg: &[u8]) -> Result<JpegInfo, String> {
+        self.header_of = None;
+        // SAFETY: the buffer is valid for its length during the call.
+        let rc = unsafe { tj::tj3DecompressHeader(self.handle.as_ptr(), jpeg.as_ptr(), jpeg.len() as _) };
+        if rc != 0 {
+            return Err(self.fail());
+        }
+        let width = self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
+        let height = self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
+        let subsamp = self.get(tj::TJPARAM_TJPARAM_SUBSAMP);
+        let colorspace = self.get(tj::TJPARAM_TJPARAM_COLORSPACE);
+        let precision = self.get(tj::TJPARAM_TJPARAM_PRECISION);
+        let lossless = self.get(tj::TJPARAM_TJPARAM_LOSSLESS);
+        if width < 1 || height < 1 {
+            return Err(format!("has an invalid size of {width}×{height} pixels"));
+        }
+        let mcu_width = match u32::try_from(subsamp) {
+            Ok(i) => MCU_WIDTH.get(i as usize).copied().unwrap_or(0),
+            Err(_) => 0,
+        };
+        let windowable = mcu_width > 0
+            && precision == 8
+            && lossless == 0
+            && u32::try_from(colorspace)
+                .is_ok_and(|cs| matches!(cs, tj::TJCS_TJCS_YCbCr | tj::TJCS_TJCS_RGB | tj::TJCS_TJCS_GRAY));
+        self.header_of = Some((jpeg.as_ptr() as usize, jpeg.len()));
+        Ok(JpegInfo { width: width as usize, height: height as usize, mcu_width, windowable })
+    }
+
+    /// Decodes `window` of `jpeg` scaled by `num/8` (`num` in 1..=8) into the start of `out`
+    /// as RGB rows of `window.width * 3` bytes (`out` grows when it is too short; bytes after
+    /// the window are left as they were). `info` is this image's header, from
+    /// [`TurboDecoder::header`] (read again here unless it was the last one this decoder read).
+    ///
+    /// Data warnings (e.g. a few extraneous bytes) are tolerated, as PIL and tf.data do; the
+    /// image is decoded as far as the data goes.
+    pub fn decode_window(
+        &mut self,
+        jpeg: &[u8],
+        info: &JpegInfo,
+        num: usize,
+        window: Window,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        if !(1..=8).contains(&num) {
+            return Err(format!("scale {num}/8 is not supported"));
+        }
+        let (sw, sh) = (JpegInfo::scaled(info.width, num), JpegInfo::scaled(info.height, num));
+        let mcu = info.scaled_mcu_width(num).max(1);
+        let inside = window.width > 0
+            && window.height > 0
+            && window.left.is_multiple_of(mcu)
+            && window.left + window.width <= sw
+            && window.top + window.height <= sh;
+        if !inside {
+            return Err(format!("window {window:?} does not fit the {sw}×{sh} image scaled by {num}/8"));
+        }
+        if self.header_of != Some((jpeg.as_ptr() as usize, jpeg.len())) {
+            self.header(jpeg)?;
+        }
+        // TurboJPEG accepts only its own list of factors, in lowest terms (1/2, not 4/8).
+        let common = gcd(num, 8);
+        let factor =
+            tj::tjscalingfactor { num: (num / common) as libc::c_int, denom: (8 / common) as libc::c_int };
+        // SAFETY: the handle is live.
+        if unsafe { tj::tj3SetScalingFactor(self.handle.as_ptr(), factor) } != 0 {
+            return Err(self.fail());
+        }
+        let whole = window.left == 0 && window.top == 0 && window.width == sw && window.height == sh;
+        let region = if whole {
+            tj::tjregion { x: 0, y: 0, w: 0, h: 0 }
+        } else {
+            // All within the image, whose sides fit in a c_int (MAXPIXELS is set).
+            tj::tjregion {
+                x: window.left as libc::c_int,
+                y: window.top as libc::c_int,
+                w: window.width as libc::c_int,
+                h: window.height as libc::c_int,
+            }
+        };
+        // SAFETY: the handle is live; the header was read, so the region is checked against
+        // the image.
+        if unsafe { tj::tj3SetCroppingRegion(self.handle.as_ptr(), region) } != 0 {
+            return Err(self.fail());
+        }
+        let pitch = window.width * 3;
+        // Every byte of the window is written; only grow, never clear (no zero-fill per image).
+        let need = pitch * window.height;
+        if out.len() < need {
+            out.resize(need, 0);
+        }
+        // SAFETY: `out` holds `pitch * height` bytes, exactly what TurboJPEG writes for the
+        // cropped region; the input buffer is valid for its length.
+        let rc = unsafe {
+            tj::tj3Decompress8(
+                self.handle.as_ptr(),
+                jpeg.as_ptr(),
+                jpeg.len() as _,
+                out.as_mut_ptr(),
+                pitch as libc::c_int,
+                tj::TJPF_TJPF_RGB,
+            )
+        };
+        // SAFETY: the handle is live.
+        if rc != 0
+            && unsafe { tj::tj3GetErrorCode(self.handle.as_ptr()) } != tj::TJERR_TJERR_WARNING as libc::c_int
+        {
+            return Err(self.fail());
+        }
+        Ok(())
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+thread_local! {
+    static DECODER: RefCell<Option<TurboDecoder>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's decoder, creating it on first use.
+pub fn with_decoder<T>(f: impl FnOnce(&mut TurboDecoder) -> Result<T, String>) -> Result<T, String> {
+    DECODER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(TurboDecoder::new()?);
+        }
+        match slot.as_mut() {
+            Some(decoder) => f(decoder),
+            None => Err("cannot start libjpeg-turbo".to_string()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::image::test_images::pattern;
+    use image::codecs::jpeg::JpegEncoder;
+    use image::{ExtendedColorType, ImageEncoder};
+
+    fn jpeg(h: usize, w: usize) -> (Vec<u8>, Vec<u8>) {
+        let pixels = pattern(h, w);
+        let mut out = Vec::new();
+        JpegEncoder::new_with_quality(&mut out, 95)
+            .write_image(&pixels, w as u32, h as u32, ExtendedColorType::Rgb8)
+            .unwrap();
+        (out, pixels)
+    }
+
+    #[test]
+    fn header_and_full_decode() {
+        let (bytes, pixels) = jpeg(37, 53);
+        let mut d = TurboDecoder::new().unwrap();
+        let info = d.header(&bytes).unwrap();
+        assert_eq!((info.width, info.height), (53, 37));
+        assert!(info.windowable);
+        let mut out = Vec::new();
+        let all = Window { left: 0, top: 0, width: 53, height: 37 };
+        d.decode_window(&bytes, &info, 8, all, &mut out).unwrap();
+        assert_eq!(out.len(), 53 * 37 * 3);
+        let mae = out.iter().zip(&pixels).map(|(a, b)| a.abs_diff(*b) as f64).sum::<f64>() / out.len() as f64;
+        assert!(mae < 8.0, "{mae}");
+    }
+
+    #[test]
+    fn a_window_equals_the_same_pixels_of_the_full_decode() {
+        let (bytes, _) = jpeg(64, 96);
+        let mut d = TurboDecoder::new().unwrap();
+        let info = d.header(&bytes).unwrap();
+        let mut full = Vec::new();
+        d.decode_window(&bytes, &info, 8, Window { left: 0, top: 0, width: 96, height: 64 }, &mut full)
+            .unwrap();
+        let mcu = info.scaled_mcu_width(8);
+        let w = Window { left: mcu, top: 5, width: 30, height: 21 };
+        let info = d.header(&bytes).unwrap();
+        let mut part = Vec::new();
+        d.decode_window(&bytes, &info, 8, w, &mut part).unwrap();
+        for y in 0..w.height {
+            let src = &full[((w.top + y) * 96 + w.left) * 3..][..w.width * 3];
+            let got = &part[y * w.width * 3..][..w.width * 3];
+            // Fancy upsampling at the window's edges may differ by a level or two.
+            let worst = src.iter().zip(got).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+            assert!(worst <= 3, "row {y}: {worst}");
+        }
+    }
+
+    #[test]
+    fn scaled_decode_has_the_scaled_size() {
+        let (bytes, _) = jpeg(50, 70);
+        let mut d = TurboDecoder::new().unwrap();
+        let info = d.header(&bytes).unwrap();
+        let (sw, sh) = (JpegInfo::scaled(70, 4), JpegInfo::scaled(50, 4));
+        assert_eq!((sw, sh), (35, 25));
+        let mut out = Vec::new();
+        d.decode_window(&bytes, &info, 4, Window { left: 0, top: 0, width: sw, height: sh }, &mut out)
+            .unwrap();
+        assert_eq!(out.len(), 35 * 25 * 3);
+    }
+
+    #[test]
+    fn bad_input_and_bad_windows_are_errors_not_panics() {
+        let mut d = TurboDecoder::new().unwrap();
+        assert!(d.header(b"\xff\xd8\xffgarbage").is_err());
+        assert!(d.header(b"").is_err());
+        let (bytes, _) = jpeg(40, 40);
+        let info = d.header(&bytes).unwrap();
+        let mut out = Vec::new();
+        // Misaligned left edge, out of bounds, unsupported scale.
+        assert!(
+            d.decode_window(&bytes, &info, 8, Window { left: 3, top: 0, width: 8, height: 8 }, &mut out)
+                .is_err()
+        );
+        assert!(
+            d.decode_window(&bytes, &info, 8, Window { left: 0, top: 0, width: 41, height: 8 }, &mut out)
+                .is_err()
+        );
+        assert!(
+            d.decode_window(&bytes, &info, 9, Window { left: 0, top: 0, width: 8, height: 8 }, &mut out)
+                .is_err()
+        );
+        // Truncated data: decodes what is there or fails, never panics; the decoder stays usable.
+        for cut in [10, 100, bytes.len() / 2] {
+            let part = &bytes[..cut];
+            if let Ok(info) = d.header(part) {
+                let all = Window { left: 0, top: 0, width: info.width, height: info.height };
+                let _ = d.decode_window(part, &info, 8, all, &mut out);
+            }
+        }
+        let info = d.header(&bytes).unwrap();
+        d.decode_window(&bytes, &info, 8, Window { left: 0, top: 0, width: 40, height: 40 }, &mut out)
+            .unwrap();
+    }
+}
