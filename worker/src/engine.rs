@@ -2,11 +2,13 @@
 
 use crate::batch::{self, Batch, BatchError};
 use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task};
+use crate::ops::image::fused::{FusedCropOp, ImagePath};
 use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
 use crate::source::{Source, SourceError, get_bytes};
 use crate::store;
 use granary_crds::{InputPipelineSpec, Manifest, OpConfig};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::runtime::Runtime;
@@ -18,6 +20,8 @@ pub struct EngineOptions {
     pub threads: usize,
     /// Bytes of data in flight before reading waits (default 512 MiB).
     pub prefetch_bytes: usize,
+    /// How image stages run (default: fused where the stages allow).
+    pub image_path: ImagePath,
 }
 
 impl Default for EngineOptions {
@@ -25,6 +29,7 @@ impl Default for EngineOptions {
         EngineOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch_bytes: 512 << 20,
+            image_path: ImagePath::Fused,
         }
     }
 }
@@ -77,15 +82,28 @@ impl Engine {
             .enable_all()
             .build()
             .map_err(EngineError::Runtime)?;
-        let source = Arc::new(runtime.block_on(Source::open(&spec.source))?);
+        let source = Arc::new(runtime.block_on(Source::open(&spec.source, spec.batch.size as usize))?);
         let ctx = build_context(&manifest.base_dir, runtime.handle().clone());
-        let mut stages = Vec::with_capacity(spec.stages.len());
+        let mut configs = Vec::with_capacity(spec.stages.len());
         for (i, stage) in spec.stages.iter().enumerate() {
+            configs
+                .push(OpConfig::parse(stage, &format!("spec.stages[{i}]")).map_err(granary_crds::Problems)?);
+        }
+        let mut stages = Vec::with_capacity(configs.len());
+        let mut i = 0;
+        while i < configs.len() {
+            if let Some((op, used)) = FusedCropOp::fuse(&configs[i..], options.image_path) {
+                let names: Vec<&str> = spec.stages[i..i + used].iter().map(|s| s.display_name()).collect();
+                let path = format!("spec.stages[{i}..={}]", i + used - 1);
+                stages.push(Stage { name: names.join(" → "), path, op: Box::new(op) });
+                i += used;
+                continue;
+            }
             let path = format!("spec.stages[{i}]");
-            let config = OpConfig::parse(stage, &path).map_err(granary_crds::Problems)?;
-            let op = ops::build(&config, &ctx)
+            let op = ops::build(&configs[i], &ctx)
                 .map_err(|error| EngineError::Build { path: path.clone(), error })?;
-            stages.push(Stage { name: stage.display_name().to_string(), path, op });
+            stages.push(Stage { name: spec.stages[i].display_name().to_string(), path, op });
+            i += 1;
         }
         let plan = Arc::new(Plan {
             stages,
@@ -99,6 +117,12 @@ impl Engine {
     /// The spec being run.
     pub fn spec(&self) -> &InputPipelineSpec {
         &self.spec
+    }
+
+    /// The stages as they run: `(field path, name)`, where a fused run of stages is one entry
+    /// (`spec.stages[0..=3]`, `image.decode → image.random_resized_crop → …`).
+    pub fn stages(&self) -> Vec<(&str, &str)> {
+        self.plan.stages.iter().map(|s| (s.path.as_str(), s.name.as_str())).collect()
     }
 
     /// The listed source.
@@ -131,26 +155,37 @@ impl Engine {
     /// Runs epoch `epoch` and yields its batches: every split's full batches, with split tails
     /// merged into full batches, and a last partial batch unless `dropRemainder`.
     pub fn run_epoch(&self, epoch: u32) -> EpochBatches {
-        let tasks = self.split_order(epoch).into_iter().map(|split| Task { epoch, split }).collect();
+        self.run_epochs(epoch..epoch.saturating_add(1))
+    }
+
+    /// Runs `epochs` back to back in one execution, so the pipeline does not drain and refill
+    /// between epochs, and yields their batches in order, each epoch's as [`Engine::run_epoch`]
+    /// would (a batch never mixes epochs; [`Batch::epoch`] tells them apart).
+    pub fn run_epochs(&self, epochs: std::ops::Range<u32>) -> EpochBatches {
+        let tasks = epochs
+            .flat_map(|epoch| self.split_order(epoch).into_iter().map(move |split| Task { epoch, split }))
+            .collect();
         EpochBatches {
             execution: self.run_tasks(tasks),
             batch_size: self.plan.batch_size,
             drop_remainder: self.spec.batch.drop_remainder,
             tails: None,
+            ready: VecDeque::new(),
             done: false,
-            epoch,
         }
     }
 }
 
-/// The batches of one epoch, in order.
+/// The batches of one or more epochs, in order.
 pub struct EpochBatches {
     execution: Execution,
     batch_size: usize,
     drop_remainder: bool,
+    /// Split tails of the current epoch, merged, fewer than a batch.
     tails: Option<Batch>,
+    /// Batches ready to hand out, in order.
+    ready: VecDeque<Batch>,
     done: bool,
-    epoch: u32,
 }
 
 impl EpochBatches {
@@ -159,19 +194,34 @@ impl EpochBatches {
         self.execution.peak_in_flight()
     }
 
-    fn merge_tail(&mut self, tail: Batch) -> Result<Option<Batch>, EngineError> {
+    /// Queues the merged tails as the epoch's last batch (unless `dropRemainder`).
+    fn flush_tails(&mut self) {
+        if let Some(rest) = self.tails.take().filter(|b| !b.is_empty() && !self.drop_remainder) {
+            self.ready.push_back(rest);
+        }
+    }
+
+    fn take(&mut self, batch: Batch, tail: bool) -> Result<(), EngineError> {
+        if self.tails.as_ref().is_some_and(|t| t.epoch != batch.epoch) {
+            self.flush_tails();
+        }
+        if !tail {
+            self.ready.push_back(batch);
+            return Ok(());
+        }
         match self.tails.as_mut() {
-            None => self.tails = Some(tail),
-            Some(acc) => batch::concat(acc, tail).map_err(|e: BatchError| EngineError::Exec(e.into()))?,
+            None => self.tails = Some(batch),
+            Some(acc) => batch::concat(acc, batch, self.batch_size)
+                .map_err(|e: BatchError| EngineError::Exec(e.into()))?,
         }
         if let Some(acc) = self.tails.as_mut()
             && acc.len() >= self.batch_size
         {
-            let rest = batch::split_off(acc, self.batch_size);
+            let rest = batch::split_off(acc, self.batch_size, self.batch_size);
             let full = std::mem::replace(acc, rest);
-            return Ok(Some(full));
+            self.ready.push_back(full);
         }
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -179,32 +229,30 @@ impl Iterator for EpochBatches {
     type Item = Result<Batch, EngineError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
         loop {
+            if let Some(batch) = self.ready.pop_front() {
+                return Some(Ok(batch));
+            }
+            if self.done {
+                return None;
+            }
             match self.execution.next() {
-                Some(Ok(Output::Batch { batch, tail: false })) => return Some(Ok(batch)),
-                Some(Ok(Output::Batch { batch, tail: true })) => match self.merge_tail(batch) {
-                    Ok(Some(full)) => return Some(Ok(full)),
-                    Ok(None) => {}
-                    Err(e) => {
+                Some(Ok(Output::Batch { batch, tail })) => {
+                    if let Err(e) = self.take(batch, tail) {
                         self.done = true;
+                        self.ready.clear();
                         return Some(Err(e));
                     }
-                },
+                }
                 Some(Ok(Output::SplitDone { .. })) => {}
                 Some(Err(e)) => {
                     self.done = true;
+                    self.ready.clear();
                     return Some(Err(e.into()));
                 }
                 None => {
                     self.done = true;
-                    let rest = self.tails.take().filter(|b| !b.is_empty() && !self.drop_remainder);
-                    return rest.map(|mut b| {
-                        b.epoch = self.epoch;
-                        Ok(b)
-                    });
+                    self.flush_tails();
                 }
             }
         }

@@ -10,6 +10,7 @@ compile_error!("granary-worker assumes a little-endian target: batch buffers are
 
 pub mod batch;
 pub mod budget;
+pub mod buffers;
 pub mod element;
 pub mod engine;
 pub mod executor;
@@ -22,4 +23,5 @@ pub mod tensor;
 pub use batch::{Batch, BatchTensor};
 pub use element::{Element, Value};
 pub use engine::{Engine, EngineError, EngineOptions};
+pub use ops::image::fused::ImagePath;
 pub use tensor::{DType, Tensor, TensorData};

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use granary_worker::store::memory_store;
-use granary_worker::{Batch, Engine, EngineOptions};
+use granary_worker::{Batch, Engine, EngineOptions, ImagePath};
 use object_store::ObjectStoreExt;
 use object_store::path::Path as StorePath;
 use std::collections::BTreeMap;
@@ -61,7 +61,9 @@ spec:
 /// A budget far smaller than one batch, with a consumer that keeps every batch and splits smaller
 /// than a batch (all tails): the reader must never wait on memory the consumer holds.
 fn run(manifest: &granary_crds::Manifest, threads: usize, epoch: u32) -> Vec<Batch> {
-    let engine = Engine::open(manifest, EngineOptions { threads, prefetch_bytes: 64 << 10 }).unwrap();
+    let engine =
+        Engine::open(manifest, EngineOptions { threads, prefetch_bytes: 64 << 10, ..Default::default() })
+            .unwrap();
     engine.run_epoch(epoch).collect::<Result<Vec<_>, _>>().unwrap()
 }
 
@@ -136,8 +138,62 @@ fn a_bad_element_fails_with_its_key_and_stage() {
         Bytes::from_static(b"{\"file\":\"train/0.jpg\",\"label\":1}\n").into(),
     ))
     .unwrap();
-    let engine = Engine::open(&manifest("engine-bad", 4, false, 1), EngineOptions::default()).unwrap();
-    let err = engine.run_epoch(0).find_map(Result::err).expect("an error");
-    let msg = err.to_string();
-    assert!(msg.contains("spec.stages[0]") && msg.contains("0.jpg"), "{msg}");
+    // Fused, the error names the fused stages and the one that failed; separate, the stage.
+    for (path, expected) in [(ImagePath::Fused, "spec.stages[0..="), (ImagePath::Separate, "spec.stages[0]")]
+    {
+        let options = EngineOptions { image_path: path, ..Default::default() };
+        let engine = Engine::open(&manifest("engine-bad", 4, false, 1), options).unwrap();
+        let err = engine.run_epoch(0).find_map(Result::err).expect("an error");
+        let msg = err.to_string();
+        assert!(msg.contains(expected) && msg.contains("`image.decode`") && msg.contains("0.jpg"), "{msg}");
+    }
+}
+
+fn run_with(manifest: &granary_crds::Manifest, path: ImagePath, epoch: u32) -> Vec<Batch> {
+    let options = EngineOptions { threads: 2, prefetch_bytes: 64 << 10, image_path: path };
+    let engine = Engine::open(manifest, options).unwrap();
+    engine.run_epoch(epoch).collect::<Result<Vec<_>, _>>().unwrap()
+}
+
+#[test]
+fn fused_and_separate_paths_draw_the_same_crops_and_flips() {
+    dataset("engine-fused", 40);
+    let m = manifest("engine-fused", 8, false, 1);
+    let fused = run_with(&m, ImagePath::Fused, 0);
+    let separate = run_with(&m, ImagePath::Separate, 0);
+    assert_eq!(fused.len(), separate.len());
+    let mut total = 0.0;
+    let mut count = 0usize;
+    for (f, s) in fused.iter().zip(&separate) {
+        assert_eq!(f.keys, s.keys, "same order");
+        let (a, b) = (f.tensor("image").unwrap(), s.tensor("image").unwrap());
+        assert_eq!((&a.shape, a.dtype), (&b.shape, b.dtype));
+        let a: &[f32] = bytemuck::cast_slice(&a.data);
+        let b: &[f32] = bytemuck::cast_slice(&b.data);
+        // Back to 0..255: x = (v / 255 - 0.5) / 0.25.
+        for (x, y) in a.iter().zip(b) {
+            total += f64::from((x - y).abs()) * 0.25 * 255.0;
+            count += 1;
+        }
+    }
+    // Different decoders (libjpeg-turbo with DCT scaling vs. the `image` crate) round
+    // differently, but the same crop box and flip leave only small differences; a different
+    // box or a missed flip would be off by tens of levels on these gradients.
+    let mae = total / count as f64;
+    assert!(mae < 4.0, "mean absolute difference {mae:.2} levels");
+}
+
+#[test]
+fn epochs_back_to_back_equal_epochs_one_at_a_time() {
+    dataset("engine-epochs", 50);
+    let m = manifest("engine-epochs", 16, false, 2);
+    let engine =
+        Engine::open(&m, EngineOptions { threads: 2, prefetch_bytes: 64 << 10, ..Default::default() })
+            .unwrap();
+    let together = engine.run_epochs(0..2).collect::<Result<Vec<_>, _>>().unwrap();
+    let mut apart = engine.run_epoch(0).collect::<Result<Vec<_>, _>>().unwrap();
+    apart.extend(engine.run_epoch(1).collect::<Result<Vec<_>, _>>().unwrap());
+    assert_eq!(together, apart);
+    let epochs: Vec<u32> = together.iter().map(|b| b.epoch).collect();
+    assert_eq!(epochs, vec![0, 0, 0, 0, 1, 1, 1, 1], "no batch mixes epochs; each ends with its remainder");
 }

@@ -11,7 +11,7 @@ use image::{DynamicImage, ImageDecoder};
 use std::io::Cursor;
 
 const OP: &str = "image.decode";
-const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
+pub(super) const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
 
 /// Decodes the encoded bytes in a field into an RGB `uint8` image, in place.
@@ -27,30 +27,31 @@ impl DecodeOp {
     }
 }
 
+/// The encoded image bytes in `field`, or an error that says what the field holds instead and
+/// how to fix the spec.
+pub(super) fn encoded_bytes<'a>(element: &'a Element, field: &str) -> Result<&'a bytes::Bytes, OpError> {
+    match element.get(field) {
+        None => Err(missing_field(OP, field, element)),
+        Some(Value::Bytes(bytes)) => Ok(bytes),
+        Some(Value::Tensor(t)) => Err(OpError::new(format!(
+            "`{OP}`: field `{field}` holds a {} tensor of shape {:?}, not encoded bytes: \
+             already decoded? Remove the second `image.decode`",
+            t.dtype().name(),
+            t.shape
+        ))),
+        Some(Value::Text(_)) => Err(OpError::new(format!(
+            "`{OP}`: field `{field}` holds text, not encoded image bytes; set the \
+             stage's `field` to the field with the JPEG or PNG bytes"
+        ))),
+    }
+}
+
 impl Operator for DecodeOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
         let field = &self.field;
-        let decoded = match element.get(field) {
-            None => return Err(missing_field(OP, field, element)),
-            Some(Value::Bytes(bytes)) => {
-                decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?
-            }
-            Some(Value::Tensor(t)) => {
-                return Err(OpError::new(format!(
-                    "`{OP}`: field `{field}` holds a {} tensor of shape {:?}, not encoded bytes: \
-                     already decoded? Remove the second `image.decode`",
-                    t.dtype().name(),
-                    t.shape
-                )));
-            }
-            Some(Value::Text(_)) => {
-                return Err(OpError::new(format!(
-                    "`{OP}`: field `{field}` holds text, not encoded image bytes; set the \
-                     stage's `field` to the field with the JPEG or PNG bytes"
-                )));
-            }
-        };
-        let (height, width, data) = decoded;
+        let bytes = encoded_bytes(element, field)?;
+        let (height, width, data) =
+            decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?;
         element.set(field, rgb_value(height, width, data));
         Ok(())
     }

@@ -13,23 +13,81 @@ const OP: &str = "image.normalize";
 /// Per-channel lookup tables: `lut[c][x]` is the `float32` output for value `x` of channel `c`.
 pub type Lut = [[f32; 256]; 3];
 
-/// Converts a decoded RGB `uint8` image to the output tensor.
+/// The final form of an image tensor: element type (with its tables for `float32`) and layout.
 #[derive(Clone, Debug)]
-pub struct NormalizeOp {
+pub struct Form {
     /// `Some` for `float32` output.
     lut: Option<Box<Lut>>,
     layout: Layout,
+}
+
+impl Form {
+    /// The form `config` asks for.
+    pub fn new(config: &Normalize) -> Form {
+        let lut = match config.dtype {
+            ImageDType::Float32 => Some(Box::new(lut(config.mean3(), config.std3()))),
+            ImageDType::Uint8 => None,
+        };
+        Form { lut, layout: config.layout }
+    }
+
+    /// `uint8` HWC: the decoded pixels as they are (a pipeline without `image.normalize`).
+    pub fn raw() -> Form {
+        Form { lut: None, layout: Layout::HWC }
+    }
+
+    /// Shape of an `h × w` image in this form.
+    pub fn shape(&self, h: usize, w: usize) -> Vec<usize> {
+        match self.layout {
+            Layout::HWC => vec![h, w, 3],
+            Layout::CHW => vec![3, h, w],
+        }
+    }
+
+    /// Converts `src` (`[h, w, 3]` interleaved RGB) to this form in one pass, mirrored left to
+    /// right when `flip` is set.
+    pub fn emit(&self, src: &[u8], h: usize, w: usize, flip: bool) -> Tensor {
+        let data = match (&self.lut, self.layout) {
+            (None, Layout::HWC) => TensorData::U8(interleaved(src, w, flip, |p| *p)),
+            (None, Layout::CHW) => TensorData::U8(planar(src, w, flip, |x| x, |x| x, |x| x)),
+            (Some(lut), Layout::HWC) => {
+                let [l0, l1, l2] = &**lut;
+                TensorData::F32(interleaved(src, w, flip, |p| {
+                    [l0[usize::from(p[0])], l1[usize::from(p[1])], l2[usize::from(p[2])]]
+                }))
+            }
+            (Some(lut), Layout::CHW) => {
+                let [l0, l1, l2] = &**lut;
+                TensorData::F32(planar(
+                    src,
+                    w,
+                    flip,
+                    |x| l0[usize::from(x)],
+                    |x| l1[usize::from(x)],
+                    |x| l2[usize::from(x)],
+                ))
+            }
+        };
+        Tensor { shape: self.shape(h, w), data }
+    }
+
+    /// Whether converting to this form leaves the pixels as they are.
+    fn is_identity(&self) -> bool {
+        self.lut.is_none() && self.layout == Layout::HWC
+    }
+}
+
+/// Converts a decoded RGB `uint8` image to the output tensor.
+#[derive(Clone, Debug)]
+pub struct NormalizeOp {
+    form: Form,
     field: String,
 }
 
 impl NormalizeOp {
     /// The operator for `config`.
     pub fn new(config: &Normalize) -> NormalizeOp {
-        let lut = match config.dtype {
-            ImageDType::Float32 => Some(Box::new(lut(config.mean3(), config.std3()))),
-            ImageDType::Uint8 => None,
-        };
-        NormalizeOp { lut, layout: config.layout, field: config.field.clone() }
+        NormalizeOp { form: Form::new(config), field: config.field.clone() }
     }
 }
 
@@ -47,48 +105,55 @@ pub fn lut(mean: [f32; 3], std: [f32; 3]) -> Lut {
     lut
 }
 
-/// `src` (`[h, w, 3]` interleaved) through the tables, keeping the HWC order.
-fn f32_hwc(src: &[u8], lut: &Lut) -> Vec<f32> {
-    let [l0, l1, l2] = lut;
-    let mut out = vec![0.0f32; src.len()];
-    let (pixels, _) = src.as_chunks::<3>();
-    let (outs, _) = out.as_chunks_mut::<3>();
-    for (o, p) in outs.iter_mut().zip(pixels) {
-        *o = [l0[usize::from(p[0])], l1[usize::from(p[1])], l2[usize::from(p[2])]];
+/// Maps each pixel of `src` (`[h, w, 3]` interleaved) through `f`, keeping the HWC order and
+/// reversing each row when `flip` is set. Writes each output value once (no zero-fill first).
+fn interleaved<T: Copy>(src: &[u8], w: usize, flip: bool, f: impl Fn(&[u8; 3]) -> [T; 3]) -> Vec<T> {
+    let mut out = Vec::with_capacity(src.len());
+    if w == 0 {
+        return out;
+    }
+    for row in src.chunks_exact(w * 3) {
+        let (pixels, _) = row.as_chunks::<3>();
+        if flip {
+            out.extend(pixels.iter().rev().flat_map(&f));
+        } else {
+            out.extend(pixels.iter().flat_map(&f));
+        }
     }
     out
 }
 
 /// Splits interleaved pixels into three planes (`[h, w, 3]` → `[3, h, w]`), mapping each
-/// channel's values through `fr`, `fg` and `fb` (generic, so that they inline).
-fn planar<T: Copy + Default>(
+/// channel's values through `fr`, `fg` and `fb` (generic, so that they inline) and reversing
+/// each row when `flip` is set. One plane at a time, each output value written once.
+fn planar<T: Copy>(
     src: &[u8],
+    w: usize,
+    flip: bool,
     fr: impl Fn(u8) -> T,
     fg: impl Fn(u8) -> T,
     fb: impl Fn(u8) -> T,
 ) -> Vec<T> {
     let (pixels, _) = src.as_chunks::<3>();
-    let plane = pixels.len();
-    let mut out = vec![T::default(); plane * 3];
-    let (r, rest) = out.split_at_mut(plane);
-    let (g, b) = rest.split_at_mut(plane);
-    for (((p, r), g), b) in pixels.iter().zip(r).zip(g).zip(b) {
-        *r = fr(p[0]);
-        *g = fg(p[1]);
-        *b = fb(p[2]);
+    let mut out = Vec::with_capacity(pixels.len() * 3);
+    if w == 0 {
+        return out;
     }
+    plane(&mut out, pixels, w, flip, 0, fr);
+    plane(&mut out, pixels, w, flip, 1, fg);
+    plane(&mut out, pixels, w, flip, 2, fb);
     out
 }
 
-/// `src` (`[h, w, 3]` interleaved) through the tables, as planes `[3, h, w]`.
-fn f32_chw(src: &[u8], lut: &Lut) -> Vec<f32> {
-    let [l0, l1, l2] = lut;
-    planar(src, |x| l0[usize::from(x)], |x| l1[usize::from(x)], |x| l2[usize::from(x)])
-}
-
-/// `src` (`[h, w, 3]` interleaved) as planes `[3, h, w]`.
-fn u8_chw(src: &[u8]) -> Vec<u8> {
-    planar(src, |x| x, |x| x, |x| x)
+/// Appends channel `c` of `pixels` (rows of `w`) through `f` to `out`.
+fn plane<T>(out: &mut Vec<T>, pixels: &[[u8; 3]], w: usize, flip: bool, c: usize, f: impl Fn(u8) -> T) {
+    for row in pixels.chunks_exact(w) {
+        if flip {
+            out.extend(row.iter().rev().map(|p| f(p[c])));
+        } else {
+            out.extend(row.iter().map(|p| f(p[c])));
+        }
+    }
 }
 
 impl Operator for NormalizeOp {
@@ -109,19 +174,11 @@ impl Operator for NormalizeOp {
                 });
             }
         };
-        let (h, w) = (src.height, src.width);
-        let shape = match self.layout {
-            Layout::HWC => vec![h, w, 3],
-            Layout::CHW => vec![3, h, w],
-        };
-        let data = match (&self.lut, self.layout) {
-            // Already uint8 HWC: nothing to do.
-            (None, Layout::HWC) => return Ok(()),
-            (None, Layout::CHW) => TensorData::U8(u8_chw(src.data)),
-            (Some(lut), Layout::HWC) => TensorData::F32(f32_hwc(src.data, lut)),
-            (Some(lut), Layout::CHW) => TensorData::F32(f32_chw(src.data, lut)),
-        };
-        element.set(field, Value::Tensor(Tensor { shape, data }));
+        if self.form.is_identity() {
+            return Ok(());
+        }
+        let tensor = self.form.emit(src.data, src.height, src.width, false);
+        element.set(field, Value::Tensor(tensor));
         Ok(())
     }
 }
@@ -261,5 +318,56 @@ mod tests {
         assert!(err.0.contains("add `image.decode` before it"), "{err}");
         let mut e = Element::new("k");
         assert!(op.apply(&mut e, &mut rng).unwrap_err().0.contains("no field `image`"));
+    }
+
+    /// Scalar reference of the fused pass: output (y, x) is input (y, w - 1 - x) when flipped.
+    fn reference_flipped<T>(
+        src: &[u8],
+        h: usize,
+        w: usize,
+        layout: Layout,
+        flip: bool,
+        f: impl Fn(u8, usize) -> T,
+    ) -> Vec<T> {
+        let mut mirrored = Vec::with_capacity(src.len());
+        for y in 0..h {
+            for x in 0..w {
+                let sx = if flip { w - 1 - x } else { x };
+                mirrored.extend_from_slice(&src[(y * w + sx) * 3..][..3]);
+            }
+        }
+        reference(&mirrored, h, w, layout, f)
+    }
+
+    #[test]
+    fn emit_with_flip_is_exact_in_every_form() {
+        let (h, w, src) = test_image();
+        let mean32 = MEAN.map(|m| m as f32);
+        let std32 = STD.map(|s| s as f32);
+        let exact = |x: u8, c: usize| ((x as f64 / 255.0 - mean32[c] as f64) / std32[c] as f64) as f32;
+        for flip in [false, true] {
+            for layout in [Layout::HWC, Layout::CHW] {
+                let f32_form =
+                    Form::new(&config(ImageDType::Float32, layout, Some(MEAN.to_vec()), Some(STD.to_vec())));
+                let t = f32_form.emit(&src, h, w, flip);
+                assert_eq!(t.shape, f32_form.shape(h, w));
+                assert_eq!(
+                    t.data,
+                    TensorData::F32(reference_flipped(&src, h, w, layout, flip, exact)),
+                    "{layout:?} flip {flip}"
+                );
+                let u8_form = Form::new(&config(ImageDType::Uint8, layout, None, None));
+                let t = u8_form.emit(&src, h, w, flip);
+                assert_eq!(
+                    t.data,
+                    TensorData::U8(reference_flipped(&src, h, w, layout, flip, |x, _| x)),
+                    "{layout:?} flip {flip}"
+                );
+            }
+        }
+        // A flip really mirrors: row 0 of the flipped HWC output ends with the first pixel.
+        let t = Form::raw().emit(&src, h, w, true);
+        let TensorData::U8(out) = t.data else { panic!("not uint8") };
+        assert_eq!(&out[(w - 1) * 3..w * 3], &src[..3]);
     }
 }

@@ -1,0 +1,376 @@
+//! The fast image path: `image.decode → image.random_resized_crop → [image.flip] →
+//! [image.normalize]` on one field, run as one operator.
+//!
+//! - The crop box is drawn from the JPEG header alone, then libjpeg-turbo decodes only that
+//!   window, DCT-scaled by the smallest `n/8` that keeps the crop at least as large as the
+//!   output ([`choose_scale`]).
+//! - The window is resized with `fast_image_resize` (SIMD, bilinear, antialiased) into a
+//!   per-thread buffer, reading the exact (fractional, after scaling) crop box in place.
+//! - Flip, normalization and layout happen in one pass that writes the output tensor.
+//!
+//! The random draws are the same, in the same order, as the separate operators make, so the
+//! crop boxes and flips of both paths agree; pixels differ by the decoders' rounding and the
+//! DCT scaling (within a mean absolute error of 2 of torchvision, see the fixture test).
+//! PNGs and JPEGs that libjpeg-turbo cannot window (CMYK, 12-bit, lossless) take the generic
+//! decoder with the same draws.
+
+use super::crop::rrc_params;
+use super::decode::{JPEG_MAGIC, decode_rgb8, encoded_bytes};
+use super::jpeg::{JpegInfo, Window, with_decoder};
+use super::normalize::Form;
+use super::{CropBox, RgbView, check_dimensions, resize_rgb};
+use crate::element::{Element, Value};
+use crate::ops::{OpError, Operator};
+use crate::seed::SeededRng;
+use crate::tensor::{Tensor, TensorData};
+use fast_image_resize as fr;
+use granary_crds::OpConfig;
+use std::cell::RefCell;
+
+const OP: &str = "image.decode";
+
+/// How a pipeline's image stages run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ImagePath {
+    /// Fuse `decode → random_resized_crop → [flip] → [normalize]` into [`FusedCropOp`].
+    #[default]
+    Fused,
+    /// Run every stage on its own: full-size decode with the `image` crate, then one pass per
+    /// stage. The reference the fast path is measured against.
+    Separate,
+    /// For benchmarks only: the fused operator stops after decoding the crop window and emits
+    /// a 1×1 image, which measures the decoding limit of the fast path.
+    DecodeOnly,
+}
+
+/// DCT scales (`n/8`) that libjpeg-turbo has SIMD inverse DCTs for; the others (3/8, 5/8,
+/// 6/8, 7/8) run in plain C and cost more than decoding at the next SIMD scale and resizing.
+const SIMD_SCALES: [usize; 4] = [1, 2, 4, 8];
+
+/// The smallest DCT scale `n/8` whose decode of a `crop_h × crop_w` box is still at least
+/// `out_h × out_w`, so that resizing never enlarges what the IDCT shrank; `8` (no scaling) when
+/// the crop is smaller than the output.
+pub fn choose_scale(crop_h: usize, crop_w: usize, out_h: usize, out_w: usize) -> usize {
+    SIMD_SCALES.into_iter().find(|&n| crop_h * n >= out_h * 8 && crop_w * n >= out_w * 8).unwrap_or(8)
+}
+
+/// `decode → random_resized_crop → [flip] → [normalize]` on one field, as one operator.
+#[derive(Clone, Debug)]
+pub struct FusedCropOp {
+    field: String,
+    size: usize,
+    scale: [f64; 2],
+    ratio: [f64; 2],
+    flip: Option<f64>,
+    form: Form,
+    decode_only: bool,
+}
+
+impl FusedCropOp {
+    /// Recognizes the fusable run at the start of `configs` and returns the operator with the
+    /// number of stages it replaces; `None` when the stages do not start with
+    /// `image.decode → image.random_resized_crop` on one field.
+    pub fn fuse(configs: &[OpConfig], path: ImagePath) -> Option<(FusedCropOp, usize)> {
+        if path == ImagePath::Separate {
+            return None;
+        }
+        let [OpConfig::ImageDecode(decode), OpConfig::ImageRandomResizedCrop(rrc), rest @ ..] = configs
+        else {
+            return None;
+        };
+        if rrc.field != decode.field {
+            return None;
+        }
+        let mut op = FusedCropOp {
+            field: decode.field.clone(),
+            size: rrc.size as usize,
+            scale: rrc.scale,
+            ratio: rrc.ratio,
+            flip: None,
+            form: Form::raw(),
+            decode_only: path == ImagePath::DecodeOnly,
+        };
+        let mut used = 2;
+        let mut rest = rest.iter();
+        let mut next = rest.next();
+        if let Some(OpConfig::ImageFlip(flip)) = next
+            && flip.field == op.field
+        {
+            op.flip = Some(flip.p);
+            used += 1;
+            next = rest.next();
+        }
+        if let Some(OpConfig::ImageNormalize(normalize)) = next
+            && normalize.field == op.field
+        {
+            op.form = Form::new(normalize);
+            used += 1;
+        }
+        Some((op, used))
+    }
+
+    /// The output tensor for the decoded `window` of the image (`window_h × window_w` RGB in
+    /// `pixels`), whose crop box in the window's pixels is `crop` (fractional after scaling).
+    fn finish(&self, window: RgbView<'_>, crop: [f64; 4], rng: &mut SeededRng) -> Result<Tensor, OpError> {
+        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+        let size = self.size;
+        RESIZED.with(|cell| {
+            let mut resized = cell.borrow_mut();
+            resize_into(window, crop, size, &mut resized)?;
+            Ok(self.form.emit(&resized[..size * size * 3], size, size, flip))
+        })
+    }
+
+    /// The generic path: a full decode by the `image` crate, then the same crop, flip and form.
+    fn generic(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Tensor, OpError> {
+        let field = &self.field;
+        let (h, w, pixels) =
+            decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?;
+        let region = rrc_params(h, w, self.scale, self.ratio, rng);
+        let src = RgbView { height: h, width: w, data: &pixels };
+        let resized = resize_rgb("image.random_resized_crop", src, Some(region), self.size, self.size)?;
+        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+        Ok(self.form.emit(&resized, self.size, self.size, flip))
+    }
+
+    /// The fast path for a JPEG libjpeg-turbo can window; `Ok(None)` sends it to the generic
+    /// path (before any random draw).
+    fn windowed(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Option<Tensor>, OpError> {
+        let field = &self.field;
+        let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(field, why))?;
+        if !info.windowable {
+            return Ok(None);
+        }
+        check_dimensions(OP, "the JPEG", info.height, info.width)?;
+        let region = rrc_params(info.height, info.width, self.scale, self.ratio, rng);
+        let plan = plan_window(&info, region, self.size);
+        WINDOW.with(|cell| {
+            let mut buffer = cell.borrow_mut();
+            let window = decode_planned(bytes, field, &info, &plan, &mut buffer)?;
+            if self.decode_only {
+                let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
+                return Ok(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) }));
+            }
+            self.finish(window, plan.crop, rng).map(Some)
+        })
+    }
+}
+
+fn corrupt(field: &str, why: String) -> OpError {
+    OpError::new(format!("`{OP}`: field `{field}` holds a corrupt or unsupported JPEG: {why}"))
+}
+
+/// Decodes the window of `plan` into `buffer` and returns it as an image.
+fn decode_planned<'a>(
+    bytes: &[u8],
+    field: &str,
+    info: &JpegInfo,
+    plan: &WindowPlan,
+    buffer: &'a mut Vec<u8>,
+) -> Result<RgbView<'a>, OpError> {
+    with_decoder(|decoder| decoder.decode_window(bytes, info, plan.num, plan.window, buffer))
+        .map_err(|why| corrupt(field, why))?;
+    let (h, w) = (plan.window.height, plan.window.width);
+    Ok(RgbView { height: h, width: w, data: &buffer[..h * w * 3] })
+}
+
+/// The fast path's crop of one JPEG: the box `region` (full-size pixels) resized to
+/// `size × size`, RGB `uint8` HWC, with the DCT scale numerator it decoded at. For tests and
+/// tools that compare the fast path with a reference on given crop boxes.
+pub fn resized_crop_jpeg(bytes: &[u8], region: CropBox, size: usize) -> Result<(Vec<u8>, usize), OpError> {
+    let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt("image", why))?;
+    if !info.windowable {
+        return Err(OpError::new("libjpeg-turbo cannot decode a window of this JPEG"));
+    }
+    let plan = plan_window(&info, region, size);
+    let mut buffer = Vec::new();
+    let window = decode_planned(bytes, "image", &info, &plan, &mut buffer)?;
+    let mut out = Vec::new();
+    resize_into(window, plan.crop, size, &mut out)?;
+    Ok((out, plan.num))
+}
+
+/// What to decode for one crop: the scale, the window of the scaled image, and the crop box
+/// within the window as `[left, top, width, height]` in scaled pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowPlan {
+    /// DCT scale numerator (over 8).
+    pub num: usize,
+    /// Scaled-image window to decode: the crop box rounded out to whole pixels, its left edge
+    /// moved down to an iMCU boundary.
+    pub window: Window,
+    /// The crop box within the window.
+    pub crop: [f64; 4],
+}
+
+/// Plans the decode of `region` (full-size pixels) of the image `info` for an `size × size`
+/// output.
+pub fn plan_window(info: &JpegInfo, region: CropBox, size: usize) -> WindowPlan {
+    let num = choose_scale(region.height, region.width, size, size);
+    let s = num as f64 / 8.0;
+    let (sw, sh) = (JpegInfo::scaled(info.width, num), JpegInfo::scaled(info.height, num));
+    let (fx0, fx1) = (region.left as f64 * s, (region.left + region.width) as f64 * s);
+    let (fy0, fy1) = (region.top as f64 * s, (region.top + region.height) as f64 * s);
+    let mcu = info.scaled_mcu_width(num).max(1);
+    let x0 = (fx0.floor() as usize).min(sw.saturating_sub(1));
+    let left = x0 - x0 % mcu;
+    let right = (fx1.ceil() as usize).clamp(x0 + 1, sw);
+    let top = (fy0.floor() as usize).min(sh.saturating_sub(1));
+    let bottom = (fy1.ceil() as usize).clamp(top + 1, sh);
+    let window = Window { left, top, width: right - left, height: bottom - top };
+    let crop = [fx0 - left as f64, fy0 - top as f64, fx1 - fx0, fy1 - fy0];
+    WindowPlan { num, window, crop }
+}
+
+thread_local! {
+    /// Per-thread buffers, reused across elements: the decoded window, the resized image, and
+    /// the resizer with its scratch space.
+    static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static RESIZED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static RESIZER: RefCell<fr::Resizer> = RefCell::new(fr::Resizer::new());
+}
+
+/// Resizes the box `crop` (`[left, top, width, height]`, fractional) of `src` to
+/// `size × size` into `out`: bilinear, antialiased when shrinking. Filter taps stay inside
+/// the box rounded out to whole pixels, as if the image had been cropped first.
+pub fn resize_into(src: RgbView<'_>, crop: [f64; 4], size: usize, out: &mut Vec<u8>) -> Result<(), OpError> {
+    let fail = |what: &dyn std::fmt::Display| {
+        OpError::new(format!(
+            "`image.random_resized_crop`: resizing a {}×{} window failed: {what}",
+            src.width, src.height
+        ))
+    };
+    let [left, top, width, height] = crop;
+    let image = fr::images::ImageRef::new(src.width as u32, src.height as u32, src.data, fr::PixelType::U8x3)
+        .map_err(|e| fail(&e))?;
+    // Whole pixels around the box: the filter is clamped to them.
+    let (x0, y0) = (left.floor(), top.floor());
+    let x1 = (left + width).ceil().min(src.width as f64);
+    let y1 = (top + height).ceil().min(src.height as f64);
+    let around =
+        fr::images::CroppedImage::new(&image, x0 as u32, y0 as u32, (x1 - x0) as u32, (y1 - y0) as u32)
+            .map_err(|e| fail(&e))?;
+    // Every byte is written by the resizer: only grow, never clear.
+    if out.len() < size * size * 3 {
+        out.resize(size * size * 3, 0);
+    }
+    let dst_bytes = &mut out[..size * size * 3];
+    let mut dst = fr::images::Image::from_slice_u8(size as u32, size as u32, dst_bytes, fr::PixelType::U8x3)
+        .map_err(|e| fail(&e))?;
+    let options = fr::ResizeOptions::new()
+        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
+        .crop(left - x0, top - y0, width, height)
+        .use_alpha(false);
+    RESIZER.with(|r| r.borrow_mut().resize(&around, &mut dst, &options)).map_err(|e| fail(&e))
+}
+
+impl Operator for FusedCropOp {
+    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
+        let bytes = encoded_bytes(element, &self.field)?;
+        let fast = if bytes.starts_with(JPEG_MAGIC) { self.windowed(bytes, rng)? } else { None };
+        let tensor = match fast {
+            Some(tensor) => tensor,
+            None => self.generic(bytes, rng)?,
+        };
+        element.set(&self.field, Value::Tensor(tensor));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_crds::StageSpec;
+
+    fn configs(yaml: &str) -> Vec<OpConfig> {
+        let stages: Vec<StageSpec> = serde_norway::from_str(yaml).unwrap();
+        stages.iter().enumerate().map(|(i, s)| OpConfig::parse(s, &format!("s[{i}]")).unwrap()).collect()
+    }
+
+    #[test]
+    fn fuses_the_imagenet_run_and_nothing_else() {
+        let all = configs(
+            "[{op: image.decode}, {op: image.random_resized_crop, size: 8}, {op: image.flip}, {op: image.normalize}]",
+        );
+        assert_eq!(FusedCropOp::fuse(&all, ImagePath::Fused).map(|(_, n)| n), Some(4));
+        assert_eq!(FusedCropOp::fuse(&all, ImagePath::DecodeOnly).map(|(_, n)| n), Some(4));
+        assert!(FusedCropOp::fuse(&all, ImagePath::Separate).is_none());
+        // Optional flip and normalize.
+        let short =
+            configs("[{op: image.decode}, {op: image.random_resized_crop, size: 8}, {op: image.normalize}]");
+        assert_eq!(FusedCropOp::fuse(&short, ImagePath::Fused).map(|(_, n)| n), Some(3));
+        let two = configs(
+            "[{op: image.decode}, {op: image.random_resized_crop, size: 8}, {op: image.resize, size: 4}]",
+        );
+        assert_eq!(FusedCropOp::fuse(&two, ImagePath::Fused).map(|(_, n)| n), Some(2));
+        // Other fields, other orders, or no crop: not fused.
+        let other = configs("[{op: image.decode}, {op: image.random_resized_crop, size: 8, field: other}]");
+        assert!(FusedCropOp::fuse(&other, ImagePath::Fused).is_none());
+        let resize = configs("[{op: image.decode}, {op: image.resize, size: 8}]");
+        assert!(FusedCropOp::fuse(&resize, ImagePath::Fused).is_none());
+        let flip_other = configs(
+            "[{op: image.decode}, {op: image.random_resized_crop, size: 8}, {op: image.flip, field: x}, {op: image.normalize}]",
+        );
+        assert_eq!(FusedCropOp::fuse(&flip_other, ImagePath::Fused).map(|(_, n)| n), Some(2));
+    }
+
+    #[test]
+    fn scale_is_the_smallest_simd_scale_that_keeps_the_output_size() {
+        assert_eq!(choose_scale(100, 100, 224, 224), 8); // enlarged: full size
+        assert_eq!(choose_scale(447, 500, 224, 224), 8);
+        assert_eq!(choose_scale(448, 448, 224, 224), 4);
+        assert_eq!(choose_scale(900, 1000, 224, 224), 2);
+        assert_eq!(choose_scale(2000, 1792, 224, 224), 1);
+        assert_eq!(choose_scale(1000, 300, 224, 224), 8); // the narrow side decides
+    }
+
+    #[test]
+    fn window_covers_the_crop_and_starts_on_an_imcu() {
+        let info = JpegInfo { width: 500, height: 375, mcu_width: 16, windowable: true };
+        for region in [
+            CropBox { top: 0, left: 0, height: 375, width: 500 },
+            CropBox { top: 13, left: 37, height: 300, width: 451 },
+            CropBox { top: 200, left: 499, height: 1, width: 1 },
+            CropBox { top: 7, left: 3, height: 50, width: 60 },
+        ] {
+            let plan = plan_window(&info, region, 224);
+            let s = plan.num as f64 / 8.0;
+            let w = plan.window;
+            assert_eq!(w.left % info.scaled_mcu_width(plan.num), 0, "{region:?}");
+            assert!(w.left + w.width <= JpegInfo::scaled(500, plan.num));
+            assert!(w.top + w.height <= JpegInfo::scaled(375, plan.num));
+            let [cl, ct, cw, ch] = plan.crop;
+            // The crop box, in window pixels, is the region scaled, and inside the window.
+            assert!((w.left as f64 + cl - region.left as f64 * s).abs() < 1e-9);
+            assert!((w.top as f64 + ct - region.top as f64 * s).abs() < 1e-9);
+            assert!(
+                (cw - region.width as f64 * s).abs() < 1e-9 && (ch - region.height as f64 * s).abs() < 1e-9
+            );
+            assert!(
+                cl >= 0.0
+                    && ct >= 0.0
+                    && cl + cw <= w.width as f64 + 1e-9
+                    && ct + ch <= w.height as f64 + 1e-9
+            );
+        }
+    }
+
+    #[test]
+    fn corrupt_and_foreign_inputs_are_errors() {
+        let op = FusedCropOp::fuse(
+            &configs("[{op: image.decode}, {op: image.random_resized_crop, size: 8}]"),
+            ImagePath::Fused,
+        )
+        .unwrap()
+        .0;
+        let mut rng = SeededRng::for_element(0, 0, 0, 0);
+        for bytes in [&b"\xff\xd8\xffgarbage"[..], b"GIF89a....", b""] {
+            let mut e = Element::new("k");
+            e.set("image", Value::Bytes(bytes::Bytes::copy_from_slice(bytes)));
+            let err = op.apply(&mut e, &mut rng).unwrap_err();
+            assert!(err.0.starts_with("`image.decode`: field `image`"), "{err}");
+        }
+        let mut e = Element::new("k");
+        assert!(op.apply(&mut e, &mut rng).unwrap_err().0.contains("no field `image`"));
+    }
+}
