@@ -28,7 +28,9 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<String>,
     /// Only for `format: files`: how many files make one split, the unit of work that is
-    /// shuffled, assigned to a worker and replayed after a failure. Defaults to 64.
+    /// shuffled, assigned to a worker and replayed after a failure. Defaults to the smallest
+    /// multiple of the batch size that is at least 64, so that every batch but an epoch's last
+    /// comes whole from one split (batches merged from split remainders cost an extra copy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub files_per_split: Option<u32>,
@@ -49,8 +51,15 @@ pub enum SourceFormat {
 }
 
 impl SourceSpec {
-    /// Files per split for `format: files`.
-    pub fn files_per_split(&self) -> usize {
-        self.files_per_split.unwrap_or(64).max(1) as usize
+    /// Files per split for `format: files` with batches of `batch_size`: the spec's value, or
+    /// the smallest multiple of the batch size that is at least 64.
+    pub fn files_per_split(&self, batch_size: usize) -> usize {
+        match self.files_per_split {
+            Some(n) => n.max(1) as usize,
+            None => {
+                let batch = batch_size.max(1);
+                64usize.div_ceil(batch) * batch
+            }
+        }
     }
 }

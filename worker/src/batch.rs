@@ -18,6 +18,12 @@ pub struct BatchTensor {
     pub data: Vec<u8>,
 }
 
+impl Drop for BatchTensor {
+    fn drop(&mut self) {
+        crate::buffers::give(std::mem::take(&mut self.data));
+    }
+}
+
 /// Where a batch came from: per-split batches are replayable by (epoch, split, sequence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchOrigin {
@@ -157,7 +163,7 @@ impl BatchBuilder {
                 let Value::Tensor(t) = value else {
                     return Err(BatchError::NotTensor { key, field: name.clone(), kind: value.kind() });
                 };
-                let mut data = Vec::with_capacity(t.nbytes() * self.capacity.max(1));
+                let mut data = crate::buffers::take(t.nbytes() * self.capacity.max(1));
                 data.extend_from_slice(t.as_le_bytes());
                 let mut shape = vec![1];
                 shape.extend_from_slice(&t.shape);
@@ -210,8 +216,10 @@ impl BatchBuilder {
     }
 }
 
-/// Appends `other`'s elements to `batch` (same fields, dtypes and per-element shapes).
-pub fn concat(batch: &mut Batch, other: Batch) -> Result<(), BatchError> {
+/// Appends `other`'s elements to `batch` (same fields, dtypes and per-element shapes). When
+/// `batch` lacks room, its buffers move to recycled ones with room for `room` elements (or
+/// all of them, if more), so that merging many small batches copies each element once.
+pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchError> {
     if batch.is_empty() {
         let permit = batch.permit.take();
         *batch = other;
@@ -241,7 +249,14 @@ pub fn concat(batch: &mut Batch, other: Batch) -> Result<(), BatchError> {
             });
         }
     }
-    for (a, b) in other.tensors.into_iter().zip(&mut batch.tensors) {
+    let total = batch.len() + other.len();
+    for (a, b) in other.tensors.iter().zip(&mut batch.tensors) {
+        if b.data.capacity() - b.data.len() < a.data.len() {
+            let per = b.data.len() / batch.keys.len().max(1);
+            let mut bigger = crate::buffers::take(per * room.max(total));
+            bigger.extend_from_slice(&b.data);
+            crate::buffers::give(std::mem::replace(&mut b.data, bigger));
+        }
         b.data.extend_from_slice(&a.data);
         b.shape[0] += a.shape[0];
     }
@@ -255,15 +270,19 @@ pub fn concat(batch: &mut Batch, other: Batch) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Splits `batch` after its first `n` elements; returns the rest.
-pub fn split_off(batch: &mut Batch, n: usize) -> Batch {
+/// Splits `batch` after its first `n` elements; returns the rest, in a recycled buffer with
+/// room for `room` elements (or all of the rest, if more).
+pub fn split_off(batch: &mut Batch, n: usize, room: usize) -> Batch {
     let keys = batch.keys.split_off(n.min(batch.keys.len()));
     let tensors = batch
         .tensors
         .iter_mut()
         .map(|t| {
             let per: usize = t.shape[1..].iter().product::<usize>() * t.dtype.size();
-            let data = t.data.split_off(n * per);
+            let at = (n * per).min(t.data.len());
+            let mut data = crate::buffers::take(per * room.max(keys.len()));
+            data.extend_from_slice(&t.data[at..]);
+            t.data.truncate(at);
             let mut shape = t.shape.clone();
             shape[0] = keys.len();
             t.shape[0] = n;
@@ -300,9 +319,9 @@ mod tests {
         assert_eq!(x, &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5]);
         let mut b2 = BatchBuilder::new(3);
         b2.push(element("k3", 3.0)).unwrap();
-        concat(&mut batch, b2.finish(0, None)).unwrap();
+        concat(&mut batch, b2.finish(0, None), 4).unwrap();
         assert_eq!(batch.len(), 4);
-        let rest = split_off(&mut batch, 1);
+        let rest = split_off(&mut batch, 1, 4);
         assert_eq!(batch.keys, vec!["k0"]);
         assert_eq!(rest.keys, vec!["k1", "k2", "k3"]);
         assert_eq!(rest.tensor("x").unwrap().shape, vec![3, 2]);

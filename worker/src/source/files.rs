@@ -30,6 +30,7 @@ pub(super) async fn splits(
     located: &Located,
     spec: &SourceSpec,
     objects: Vec<ObjectMeta>,
+    batch_size: usize,
 ) -> Result<Vec<Split>, SourceError> {
     let labels = match &spec.labels {
         Some(labels) => Some(load_labels(located, labels).await?),
@@ -63,7 +64,7 @@ pub(super) async fn splits(
         return Err(SourceError::Empty { url: located.url.to_string(), format: "files" });
     }
     Ok(samples
-        .chunks(spec.files_per_split())
+        .chunks(spec.files_per_split(batch_size))
         .enumerate()
         .map(|(i, chunk)| Split { id: i as u64, kind: SplitKind::Files(chunk.to_vec()) })
         .collect())

@@ -124,12 +124,13 @@ pub struct Source {
 pub type Emit<'a> = dyn FnMut(Element) -> bool + 'a;
 
 impl Source {
-    /// Lists the dataset at `spec.source.url` into splits.
-    pub async fn open(spec: &SourceSpec) -> Result<Source, SourceError> {
+    /// Lists the dataset at `spec.url` into splits; `batch_size` sizes the default split of
+    /// `format: files` (see [`SourceSpec::files_per_split`]).
+    pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let located = store::open(&spec.url)?;
         let objects = list(&located).await?;
         let splits = match spec.format {
-            SourceFormat::Files => files::splits(&located, spec, objects).await?,
+            SourceFormat::Files => files::splits(&located, spec, objects, batch_size).await?,
             SourceFormat::Webdataset => {
                 one_per_object(&located, objects, &[".tar"], "webdataset", SplitKind::Shard)?
             }
