@@ -4,6 +4,7 @@ mod commands;
 mod demo;
 
 use clap::{Parser, Subcommand};
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run a pipeline in this process and report its throughput.
     Run(commands::run::RunArgs),
+    /// Measure a pipeline's steady-state throughput, with ratios against a baseline and the
+    /// decode-only limit measured in the same run.
+    Bench(commands::bench::BenchArgs),
     /// Check InputPipeline manifests; prints each problem as `FIELD_PATH: message`.
     Validate {
         /// Manifest files.
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => commands::run::run(&args),
+        Command::Bench(args) => commands::bench::bench(&args),
         Command::Validate { files } => return commands::validate::validate(&files),
         Command::Crd => commands::crd::crd().map(|yaml| {
             print!("{yaml}");

@@ -139,3 +139,63 @@ fn peak_rss_stays_within_prefetch_budget() {
         dataset >> 20
     );
 }
+
+#[test]
+fn bench_reports_the_fast_path_and_its_same_run_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    demo_data(dir.path(), 48);
+    let url = format!("spec.source.url=file://{}/images/train/", dir.path().display());
+    let out = ok(granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--json", "--warmup", "1", "--batches", "3", "--threads", "2"])
+        .args(["--set", &url, "--set", "spec.batch.size=8"]));
+    let r = json_line(&out);
+    assert_eq!(r["system"], "granary");
+    assert_eq!(r["pipeline"], "imagenet-resnet50");
+    assert_eq!(r["config"], "float32");
+    assert_eq!(r["batches"], 3);
+    assert_eq!(r["items"], 24, "3 timed batches of 8");
+    for key in
+        ["items_per_s", "baseline_items_per_s", "decode_only_items_per_s", "vs_baseline", "vs_decode_only"]
+    {
+        assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {r}");
+    }
+    assert!(r["cores"].as_u64().is_some_and(|c| c >= 1));
+
+    // Text mode names the fused stages and prints the three figures.
+    let out = granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--warmup", "0", "--batches", "2", "--set", &url, "--set", "spec.batch.size=8"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.stages[0..=3]"), "{err}");
+    assert!(
+        text.contains("fast path") && text.contains("baseline") && text.contains("decode only"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_rejects_zero_batches_and_bad_manifests() {
+    let out = granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--batches", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--batches"));
+    let out = granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--set", "spec.batch.size=0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.batch.size"));
+}

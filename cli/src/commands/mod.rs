@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod crd;
 pub mod demo;
 pub mod run;

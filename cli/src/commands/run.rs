@@ -127,17 +127,30 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
         threads: options.threads,
         epochs: Vec::new(),
     };
-    'epochs: for epoch in 0..epochs {
-        let epoch_start = Instant::now();
-        let mut e = EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None };
-        let mut hasher = args.digest.then(DefaultHasher::new);
-        for batch in engine.run_epoch(epoch) {
-            let batch = batch.with_context(|| format!("epoch {epoch}"))?;
+    // Every epoch has a summary, even one without batches; `seconds` runs from the end of the
+    // previous epoch's last batch to the end of this one's.
+    let open = |epoch: u32| EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None };
+    let mut current = open(0);
+    let mut hasher = args.digest.then(DefaultHasher::new);
+    let mut epoch_start = Instant::now();
+    let close = |e: &mut EpochSummary, hasher: &mut Option<DefaultHasher>, since: &mut Instant| {
+        e.seconds = since.elapsed().as_secs_f64();
+        e.digest = hasher.replace(DefaultHasher::new()).map(|h| format!("{:016x}", h.finish()));
+        *since = Instant::now();
+    };
+    if epochs > 0 {
+        for batch in engine.run_epochs(0..epochs) {
+            let batch = batch.with_context(|| format!("epoch {}", current.epoch))?;
+            while batch.epoch > current.epoch {
+                close(&mut current, &mut hasher, &mut epoch_start);
+                let next = open(current.epoch + 1);
+                summary.epochs.push(std::mem::replace(&mut current, next));
+            }
             if let Some(h) = hasher.as_mut() {
                 hash_batch(&batch, h);
             }
-            e.items += batch.len() as u64;
-            e.batches += 1;
+            current.items += batch.len() as u64;
+            current.batches += 1;
             summary.items += batch.len() as u64;
             summary.batches += 1;
             summary.bytes += batch.nbytes() as u64;
@@ -145,20 +158,24 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
             bar.set_position(summary.batches);
             bar.set_message(format!(
                 "epoch {}/{epochs} · {:.0} items/s · {:.0} MB/s",
-                epoch + 1,
+                current.epoch + 1,
                 summary.items as f64 / secs,
                 summary.bytes as f64 / secs / 1e6
             ));
             if summary.batches >= limit {
-                e.seconds = epoch_start.elapsed().as_secs_f64();
-                e.digest = hasher.map(|h| format!("{:016x}", h.finish()));
-                summary.epochs.push(e);
-                break 'epochs;
+                break;
             }
         }
-        e.seconds = epoch_start.elapsed().as_secs_f64();
-        e.digest = hasher.map(|h| format!("{:016x}", h.finish()));
-        summary.epochs.push(e);
+        close(&mut current, &mut hasher, &mut epoch_start);
+        let last = current.epoch;
+        summary.epochs.push(current);
+        if summary.batches < limit {
+            for epoch in last + 1..epochs {
+                let mut e = open(epoch);
+                close(&mut e, &mut hasher, &mut epoch_start);
+                summary.epochs.push(e);
+            }
+        }
     }
     bar.finish_and_clear();
     summary.seconds = start.elapsed().as_secs_f64();

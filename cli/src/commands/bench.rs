@@ -1,0 +1,248 @@
+//! `granary bench`: steady-state throughput of a pipeline, with the same-run ratios that make
+//! a figure comparable across machines: against a straightforward baseline (every image stage
+//! on its own, full-size decode) and against the decode-only limit of the fast path.
+
+use anyhow::Context;
+use granary_crds::{Manifest, OpConfig, load_manifest};
+use granary_worker::{Engine, EngineOptions, ImagePath};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Arguments of `granary bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// InputPipeline manifest.
+    pub file: PathBuf,
+    /// Batches pulled before the clock starts (pipeline fill, thread start-up).
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
+    /// Batches timed.
+    #[arg(long, default_value_t = 30)]
+    pub batches: u64,
+    /// Print one JSON line (the peer benchmarks' format) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory budget for data in flight.
+    #[arg(long, default_value = "512Mi")]
+    pub prefetch_bytes: String,
+    /// Measure the fast path only, without the baseline and decode-only runs.
+    #[arg(long)]
+    pub fast_only: bool,
+    /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
+    #[arg(long)]
+    pub config: Option<String>,
+    /// `pipeline` label of the JSON line (default: the manifest's name).
+    #[arg(long)]
+    pub pipeline: Option<String>,
+    /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// One timed run.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct Measurement {
+    /// Items in the timed batches.
+    pub items: u64,
+    /// Seconds the timed batches took.
+    pub seconds: f64,
+    /// `items / seconds`.
+    pub items_per_s: f64,
+    /// Seconds until the first batch arrived (start-up and pipeline fill).
+    pub first_batch_seconds: f64,
+}
+
+/// The JSON line: the peer benchmarks' keys first, then Granary's ratios.
+#[derive(Serialize, Debug)]
+struct Report {
+    system: &'static str,
+    pipeline: String,
+    config: String,
+    items_per_s: f64,
+    cores: usize,
+    batches: u64,
+    items: u64,
+    seconds: f64,
+    loadavg_1m: Option<f64>,
+    threads: usize,
+    batch_size: usize,
+    first_batch_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_items_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_baseline: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_only_items_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_decode_only: Option<f64>,
+}
+
+/// Runs `granary bench`.
+pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let manifest = match load_manifest(&args.file, &args.set) {
+        Ok(m) => m,
+        Err(problems) => {
+            eprintln!("{}: invalid ({} problems)", args.file.display(), problems.0.len());
+            for p in &problems.0 {
+                eprintln!("{p}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    anyhow::ensure!(args.batches > 0, "--batches must be at least 1");
+    let mut options = EngineOptions::default();
+    if let Some(t) = args.threads {
+        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        options.threads = t;
+    }
+    options.prefetch_bytes = granary_crds::quantity::parse_bytes(&args.prefetch_bytes)
+        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+
+    let fast_engine = Engine::open(&manifest, options)?;
+    let fused = fast_engine.stages().iter().any(|(path, _)| path.contains(".."));
+    let batch_size = fast_engine.spec().batch.size as usize;
+    if !args.json {
+        eprintln!(
+            "{} · {} threads · batch {batch_size} · {} warm-up + {} timed batches",
+            args.file.display(),
+            options.threads,
+            args.warmup,
+            args.batches
+        );
+        for (path, name) in fast_engine.stages() {
+            eprintln!("  {path}: {name}");
+        }
+    }
+    let fast = measure(&fast_engine, args).context("fast path")?;
+    drop(fast_engine);
+    let mut baseline = None;
+    let mut limit = None;
+    if fused && !args.fast_only {
+        let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options })?;
+        baseline = Some(measure(&engine, args).context("baseline")?);
+        drop(engine);
+        let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options })?;
+        limit = Some(measure(&engine, args).context("decode-only")?);
+    }
+    let report = Report {
+        system: "granary",
+        pipeline: args
+            .pipeline
+            .clone()
+            .unwrap_or_else(|| manifest.pipeline.metadata.name.clone().unwrap_or_default()),
+        config: args.config.clone().unwrap_or_else(|| config_label(&manifest)),
+        items_per_s: round2(fast.items_per_s),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        batches: args.batches,
+        items: fast.items,
+        seconds: round3(fast.seconds),
+        loadavg_1m: loadavg(),
+        threads: options.threads,
+        batch_size,
+        first_batch_seconds: round3(fast.first_batch_seconds),
+        baseline_items_per_s: baseline.map(|b| round2(b.items_per_s)),
+        vs_baseline: baseline.map(|b| round3(fast.items_per_s / b.items_per_s)),
+        decode_only_items_per_s: limit.map(|l| round2(l.items_per_s)),
+        vs_decode_only: limit.map(|l| round3(fast.items_per_s / l.items_per_s)),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("fast path     {:>9.1} items/s", fast.items_per_s);
+        if let Some(b) = baseline {
+            println!(
+                "baseline      {:>9.1} items/s   fast path = {:.2}× the baseline (full-size decode, one pass per stage)",
+                b.items_per_s,
+                fast.items_per_s / b.items_per_s
+            );
+        }
+        if let Some(l) = limit {
+            println!(
+                "decode only   {:>9.1} items/s   fast path = {:.2} of the decode limit (the crop windows decoded, nothing else)",
+                l.items_per_s,
+                fast.items_per_s / l.items_per_s
+            );
+        }
+        if !fused {
+            println!("(no fusable image stages: there is no separate baseline to compare with)");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Pulls `warmup` batches, then times `batches` batches, running epochs back to back (in
+/// chunks, so that no epoch boundary drains the pipeline) until enough have arrived.
+fn measure(engine: &Engine, args: &BenchArgs) -> anyhow::Result<Measurement> {
+    const EPOCHS_PER_RUN: u32 = 16;
+    let start = Instant::now();
+    let mut first_batch_seconds = None;
+    let mut pulled = 0u64;
+    let mut timed_start = None;
+    let mut items = 0u64;
+    let total = args.warmup + args.batches;
+    let mut first_epoch = 0u32;
+    while pulled < total {
+        let mut any = false;
+        for batch in engine.run_epochs(first_epoch..first_epoch.saturating_add(EPOCHS_PER_RUN)) {
+            let batch = batch?;
+            any = true;
+            first_batch_seconds.get_or_insert_with(|| start.elapsed().as_secs_f64());
+            pulled += 1;
+            if pulled == args.warmup {
+                timed_start = Some(Instant::now());
+            } else if pulled > args.warmup {
+                items += batch.len() as u64;
+            }
+            if pulled == total {
+                break;
+            }
+        }
+        anyhow::ensure!(any, "the pipeline produced no batches: is the source empty?");
+        first_epoch = first_epoch.saturating_add(EPOCHS_PER_RUN);
+    }
+    let timed_start = timed_start.unwrap_or(start);
+    let seconds = timed_start.elapsed().as_secs_f64().max(1e-9);
+    Ok(Measurement {
+        items,
+        seconds,
+        items_per_s: items as f64 / seconds,
+        first_batch_seconds: first_batch_seconds.unwrap_or(seconds),
+    })
+}
+
+/// The output dtype of the last `image.normalize` stage (`uint8` without one), with `-wds`
+/// when the source is tar shards: the labels the peer benchmarks use.
+fn config_label(manifest: &Manifest) -> String {
+    let spec = &manifest.pipeline.spec;
+    let mut dtype = "uint8".to_string();
+    for (i, stage) in spec.stages.iter().enumerate() {
+        if let Ok(OpConfig::ImageNormalize(n)) = OpConfig::parse(stage, &format!("spec.stages[{i}]")) {
+            dtype = serde_json::to_value(n.dtype)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or(dtype);
+        }
+    }
+    if spec.source.format == granary_crds::SourceFormat::Webdataset {
+        dtype.push_str("-wds");
+    }
+    dtype
+}
+
+fn loadavg() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok().map(round2)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
