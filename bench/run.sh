@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Granary's image pipeline next to the peer benchmarks, back to back on this machine: one JSON
+# line per (system, config) on stdout, in the peers' format.
+#
+#   bench/run.sh > results.jsonl               # granary float32 + uint8, then the peers
+#   PEERS=0 bench/run.sh                       # granary only
+#   ONLY="torch tfdata" bench/run.sh           # peer subset, passed to run_peers.sh
+#
+# Env: PEERS_DIR (the peer benchmark scripts: gen_data.py, run_peers.sh), PEERS_DATA (their
+# data, default ~/.cache/granary-peers/data), GRANARY (the binary, default: release build).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DATA="${PEERS_DATA:-$HOME/.cache/granary-peers/data}"
+[ -f "$DATA/images/labels.jsonl" ] || { echo "no benchmark data under $DATA: run the peers' gen_data.py --what images --out $DATA" >&2; exit 2; }
+if [ -z "${GRANARY:-}" ]; then
+  cargo build --release -q -p granary-cli
+  GRANARY=target/release/granary
+fi
+for config in float32 uint8; do
+  echo "== granary $config" >&2
+  "$GRANARY" bench "bench/imagenet-$config.yaml" --json --warmup 5 --batches 30 \
+    --set "spec.source.url=file://$DATA/images/train/"
+done
+if [ "${PEERS:-1}" = 1 ]; then
+  [ -n "${PEERS_DIR:-}" ] || { echo "set PEERS_DIR to the peer benchmarks' folder (or PEERS=0)" >&2; exit 2; }
+  ONLY="${ONLY:-torch tfdata}" PEERS_DATA="$DATA" "$PEERS_DIR/run_peers.sh"
+fi
