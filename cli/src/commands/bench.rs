@@ -2,8 +2,9 @@
 //! a figure comparable across machines: against a straightforward baseline (every image stage
 //! on its own, full-size decode) and against the decode-only limit of the fast path.
 
+use super::run::{engine_options, load_or_report};
 use anyhow::Context;
-use granary_crds::{Manifest, OpConfig, load_manifest};
+use granary_crds::{Manifest, OpConfig};
 use granary_worker::{Engine, EngineOptions, ImagePath};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -84,24 +85,11 @@ struct Report {
 
 /// Runs `granary bench`.
 pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    let manifest = match load_manifest(&args.file, &args.set) {
-        Ok(m) => m,
-        Err(problems) => {
-            eprintln!("{}: invalid ({} problems)", args.file.display(), problems.0.len());
-            for p in &problems.0 {
-                eprintln!("{p}");
-            }
-            return Ok(ExitCode::from(2));
-        }
+    let Some(manifest) = load_or_report(&args.file, &args.set) else {
+        return Ok(ExitCode::from(2));
     };
     anyhow::ensure!(args.batches > 0, "--batches must be at least 1");
-    let mut options = EngineOptions::default();
-    if let Some(t) = args.threads {
-        anyhow::ensure!(t > 0, "--threads must be at least 1");
-        options.threads = t;
-    }
-    options.prefetch_bytes = granary_crds::quantity::parse_bytes(&args.prefetch_bytes)
-        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+    let options = engine_options(args.threads, &args.prefetch_bytes)?;
 
     let fast_engine = Engine::open(&manifest, options)?;
     let fused = fast_engine.stages().iter().any(|(path, _)| path.contains(".."));

@@ -6,7 +6,7 @@ use granary_worker::{Batch, Engine, EngineOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -79,17 +79,37 @@ pub struct RunSummary {
     pub epochs: Vec<EpochSummary>,
 }
 
-/// Runs `granary run`.
-pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let manifest = match load_manifest(&args.file, &args.set) {
-        Ok(m) => m,
+/// Loads a manifest with `--set` overrides; when it is invalid, prints every problem to stderr
+/// and returns `None` (exit code 2).
+pub fn load_or_report(file: &Path, set: &[String]) -> Option<granary_crds::Manifest> {
+    match load_manifest(file, set) {
+        Ok(m) => Some(m),
         Err(problems) => {
-            eprintln!("{}: invalid ({} problems)", args.file.display(), problems.0.len());
+            eprintln!("{}: invalid ({} problems)", file.display(), problems.0.len());
             for p in &problems.0 {
                 eprintln!("{p}");
             }
-            return Ok(ExitCode::from(2));
+            None
         }
+    }
+}
+
+/// Engine options from `--threads` and `--prefetch-bytes`.
+pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> anyhow::Result<EngineOptions> {
+    let mut options = EngineOptions::default();
+    if let Some(t) = threads {
+        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        options.threads = t;
+    }
+    options.prefetch_bytes = granary_crds::quantity::parse_bytes(prefetch_bytes)
+        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+    Ok(options)
+}
+
+/// Runs `granary run`.
+pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let Some(manifest) = load_or_report(&args.file, &args.set) else {
+        return Ok(ExitCode::from(2));
     };
     let summary = execute(&manifest, args)?;
     if args.json {
@@ -102,13 +122,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs a loaded manifest with the options of `args` and returns the figures.
 pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
-    let mut options = EngineOptions::default();
-    if let Some(t) = args.threads {
-        anyhow::ensure!(t > 0, "--threads must be at least 1");
-        options.threads = t;
-    }
-    options.prefetch_bytes = granary_crds::quantity::parse_bytes(&args.prefetch_bytes)
-        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+    let options = engine_options(args.threads, &args.prefetch_bytes)?;
     let engine = Engine::open(manifest, options)?;
     let epochs = args.epochs.unwrap_or(engine.spec().epochs);
     let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
