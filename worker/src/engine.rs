@@ -1,7 +1,7 @@
 //! The in-process engine: a validated manifest in, batches out, one epoch at a time.
 
 use crate::batch::{self, Batch, BatchError};
-use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task};
+use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
 use crate::ops::image::fused::{FusedCropOp, ImagePath};
 use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
@@ -125,6 +125,11 @@ impl Engine {
         self.plan.stages.iter().map(|s| (s.path.as_str(), s.name.as_str())).collect()
     }
 
+    /// Elements per batch.
+    pub fn batch_size(&self) -> usize {
+        self.plan.batch_size
+    }
+
     /// The listed source.
     pub fn source(&self) -> &Source {
         &self.source
@@ -140,8 +145,9 @@ impl Engine {
         order
     }
 
-    /// Runs `tasks` in order and yields each split's batches (full ones, then its tail).
-    pub fn run_tasks(&self, tasks: Vec<Task>) -> Execution {
+    /// Runs `tasks` in order and yields each split's batches (full ones, then its tail). A feed
+    /// (a channel's iterator) keeps the execution open for tasks that arrive later.
+    pub fn run_tasks(&self, tasks: Tasks) -> Execution {
         let opts = ExecOptions { threads: self.options.threads, prefetch_bytes: self.options.prefetch_bytes };
         executor::execute(
             Arc::clone(&self.source),
@@ -162,11 +168,11 @@ impl Engine {
     /// between epochs, and yields their batches in order, each epoch's as [`Engine::run_epoch`]
     /// would (a batch never mixes epochs; [`Batch::epoch`] tells them apart).
     pub fn run_epochs(&self, epochs: std::ops::Range<u32>) -> EpochBatches {
-        let tasks = epochs
+        let tasks: Vec<Task> = epochs
             .flat_map(|epoch| self.split_order(epoch).into_iter().map(move |split| Task { epoch, split }))
             .collect();
         EpochBatches {
-            execution: self.run_tasks(tasks),
+            execution: self.run_tasks(Box::new(tasks.into_iter())),
             batch_size: self.plan.batch_size,
             drop_remainder: self.spec.batch.drop_remainder,
             tails: None,

@@ -21,7 +21,9 @@ use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::Instant;
 use tokio::runtime::Handle;
 
 /// One stage ready to run.
@@ -130,10 +132,33 @@ impl Done {
     }
 }
 
+/// Compute time per stage, summed over elements since the execution started.
+#[derive(Debug, Default)]
+pub struct StageTimes {
+    nanos: Vec<AtomicU64>,
+    elements: AtomicU64,
+}
+
+impl StageTimes {
+    fn new(stages: usize) -> StageTimes {
+        StageTimes { nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(), elements: AtomicU64::new(0) }
+    }
+
+    /// Nanoseconds spent in each stage (in plan order) and the elements computed, so far.
+    pub fn totals(&self) -> (Vec<u64>, u64) {
+        let nanos = self.nanos.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+        (nanos, self.elements.load(Ordering::Relaxed))
+    }
+}
+
+/// Where tasks come from: a list known up front, or a feed that ends when its sender is dropped.
+pub type Tasks = Box<dyn Iterator<Item = Task> + Send>;
+
 /// A running execution: iterate it for outputs. Dropping it stops every thread.
 pub struct Execution {
     outputs: Receiver<Result<Output, ExecError>>,
     budget: Arc<Budget>,
+    times: Arc<StageTimes>,
     threads: Vec<JoinHandle<()>>,
     failed: bool,
 }
@@ -142,6 +167,11 @@ impl Execution {
     /// Most bytes held against the budget at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.budget.peak()
+    }
+
+    /// Compute time per stage so far.
+    pub fn stage_times(&self) -> Arc<StageTimes> {
+        Arc::clone(&self.times)
     }
 }
 
@@ -198,11 +228,12 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a thread panicked".to_string())
 }
 
-/// Starts running `tasks` in order.
+/// Starts running `tasks` in order. The execution ends after the last task; a feed (e.g. a
+/// channel's iterator) keeps it running until the feed ends.
 pub fn execute(
     source: Arc<Source>,
     plan: Arc<Plan>,
-    tasks: Vec<Task>,
+    tasks: Tasks,
     opts: ExecOptions,
     rt: Handle,
 ) -> Execution {
@@ -216,20 +247,23 @@ pub fn execute(
     handles.push(spawn("granary-reader", {
         let budget = Arc::clone(&budget);
         let done_tx = done_tx.clone();
-        move || read(&source, &tasks, &budget, &work_tx, &done_tx, &rt)
+        move || read(&source, tasks, &budget, &work_tx, &done_tx, &rt)
     }));
+    let times = Arc::new(StageTimes::new(plan.stages.len()));
     for i in 0..threads {
         let work_rx = work_rx.clone();
         let done_tx = done_tx.clone();
         let plan = Arc::clone(&plan);
-        handles.push(spawn(&format!("granary-compute-{i}"), move || compute(&plan, &work_rx, &done_tx)));
+        let times = Arc::clone(&times);
+        handles
+            .push(spawn(&format!("granary-compute-{i}"), move || compute(&plan, &work_rx, &done_tx, &times)));
     }
     drop(done_tx);
     handles.push(spawn("granary-assembler", {
         let budget = Arc::clone(&budget);
         move || assemble::run(&plan, &done_rx, &out_tx, &budget)
     }));
-    Execution { outputs: out_rx, budget, threads: handles, failed: false }
+    Execution { outputs: out_rx, budget, times, threads: handles, failed: false }
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
@@ -240,14 +274,14 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 
 fn read(
     source: &Source,
-    tasks: &[Task],
+    tasks: Tasks,
     budget: &Arc<Budget>,
     work: &Sender<Work>,
     done: &Sender<Done>,
     rt: &Handle,
 ) {
     let mut seq = 0u64;
-    for &task in tasks {
+    for task in tasks {
         let Some(split) = source.splits().get(task.split) else {
             let error = ExecError::Internal(format!("no split {} in the source", task.split));
             let _ = done.send(Done::Failed { seq, error });
@@ -284,13 +318,13 @@ fn read(
     }
 }
 
-fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>) {
+fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &StageTimes) {
     for item in work.iter() {
         let out = match item {
             Work::SplitEnd { seq, task, split_id } => Done::SplitEnd { seq, task, split_id },
             Work::Element { seq, task, split_id, index, mut element, mut permit } => {
                 let mut rng = SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, index);
-                match apply(plan, &mut element, &mut rng) {
+                match apply(plan, &mut element, &mut rng, times) {
                     Ok(()) => {
                         permit.resize(element.nbytes());
                         Done::Element { seq, task, split_id, element, permit }
@@ -305,14 +339,24 @@ fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>) {
     }
 }
 
-fn apply(plan: &Plan, element: &mut Element, rng: &mut SeededRng) -> Result<(), ExecError> {
-    for stage in &plan.stages {
+fn apply(
+    plan: &Plan,
+    element: &mut Element,
+    rng: &mut SeededRng,
+    times: &StageTimes,
+) -> Result<(), ExecError> {
+    let mut start = Instant::now();
+    for (stage, nanos) in plan.stages.iter().zip(&times.nanos) {
         stage.op.apply(element, rng).map_err(|e| ExecError::Op {
             path: stage.path.clone(),
             stage: stage.name.clone(),
             key: element.key.clone(),
             message: e.0,
         })?;
+        let now = Instant::now();
+        nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);
+        start = now;
     }
+    times.elements.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
