@@ -1,0 +1,16 @@
+//! Granary's dispatcher: pipelines and their epochs, dynamic split leases for workers, consumer
+//! registration and epoch plans for clients, liveness, metric snapshots for the policies, a
+//! journal so a restarted dispatcher resumes where it was, and the `WorkerPool` it scales.
+
+pub mod catalog;
+pub mod journal;
+pub mod plan;
+pub mod pool;
+pub mod service;
+pub mod state;
+
+pub use catalog::Catalog;
+pub use plan::Mode;
+pub use pool::{ProcessPool, WorkerPool};
+pub use service::{Dispatcher, DispatcherConfig, DispatcherError};
+pub use state::{JobProgress, MetricsSnapshot, Timing};

@@ -1,0 +1,111 @@
+//! The worker pool the dispatcher (and the autoscaler through it) sizes: `scale_to(n)` and
+//! `current()`. Locally the pool is child processes of `granary worker`; under Kubernetes it is
+//! a Deployment's scale.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::{Child, Command};
+
+/// A failure changing the pool.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PoolError(pub String);
+
+/// A boxed future, so pools are usable as trait objects.
+pub type PoolFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, PoolError>> + Send + 'a>>;
+
+/// A set of workers that can be resized.
+pub trait WorkerPool: Send {
+    /// Starts or stops workers until `n` run. Stopped workers drain (finish or give back their
+    /// leases) before they exit.
+    fn scale_to(&mut self, n: u32) -> PoolFuture<'_, ()>;
+    /// Workers running now (started and not exited).
+    fn current(&mut self) -> PoolFuture<'_, u32>;
+}
+
+/// Workers as local child processes: `program args…`, one process each.
+pub struct ProcessPool {
+    program: std::path::PathBuf,
+    args: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl ProcessPool {
+    /// A pool that starts workers with `program args…` (e.g. the `granary` binary with
+    /// `worker --dispatcher 127.0.0.1:PORT`).
+    pub fn new(program: impl Into<std::path::PathBuf>, args: Vec<String>) -> ProcessPool {
+        ProcessPool { program: program.into(), args, children: Vec::new() }
+    }
+
+    /// Process ids of the running workers, oldest first.
+    pub fn pids(&mut self) -> Vec<u32> {
+        self.reap();
+        self.children.iter().map(Child::id).collect()
+    }
+
+    fn reap(&mut self) {
+        self.children.retain_mut(|c| match c.try_wait() {
+            Ok(Some(status)) => {
+                tracing::warn!(pid = c.id(), %status, "worker process exited");
+                false
+            }
+            Ok(None) => true,
+            Err(_) => false,
+        });
+    }
+
+    fn resize(&mut self, n: u32) -> Result<(), PoolError> {
+        self.reap();
+        while self.children.len() < n as usize {
+            let child = Command::new(&self.program)
+                .args(&self.args)
+                .spawn()
+                .map_err(|e| PoolError(format!("cannot start worker `{}`: {e}", self.program.display())))?;
+            tracing::info!(pid = child.id(), "worker process started");
+            self.children.push(child);
+        }
+        while self.children.len() > n as usize {
+            if let Some(child) = self.children.pop() {
+                terminate(child);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every worker (SIGTERM, so they drain) and waits for them.
+    pub fn shutdown(&mut self) {
+        for child in self.children.drain(..) {
+            terminate(child);
+        }
+    }
+}
+
+/// Asks a worker to drain and exit (SIGTERM), and reaps it on a background thread.
+fn terminate(mut child: Child) {
+    let pid = child.id();
+    // SAFETY: kill(2) with a pid we own and a valid signal number has no memory effects.
+    let _ = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    std::thread::spawn(move || {
+        let _ = child.wait();
+        tracing::info!(pid, "worker process stopped");
+    });
+}
+
+impl Drop for ProcessPool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl WorkerPool for ProcessPool {
+    fn scale_to(&mut self, n: u32) -> PoolFuture<'_, ()> {
+        let result = self.resize(n);
+        Box::pin(async move { result })
+    }
+
+    fn current(&mut self) -> PoolFuture<'_, u32> {
+        self.reap();
+        let n = self.children.len() as u32;
+        Box::pin(async move { Ok(n) })
+    }
+}

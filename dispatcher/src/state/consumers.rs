@@ -1,0 +1,332 @@
+//! The client-facing rules: consumers joining jobs, resuming, heartbeats, plans and replays.
+
+use super::{Consumer, DispatchError, Event, Job, Replay, SplitStatus, State, check_name};
+use crate::plan::{Mode, PlanSettings};
+use granary_proto::v1 as pb;
+use std::collections::{BTreeMap, VecDeque};
+
+fn mode_of(mode: i32) -> Result<Mode, DispatchError> {
+    match pb::Mode::try_from(mode) {
+        Ok(pb::Mode::Unspecified | pb::Mode::Distributed) => Ok(Mode::Distributed),
+        Ok(pb::Mode::Replicated) => Ok(Mode::Replicated),
+        Err(_) => Err(DispatchError::InvalidArgument(format!(
+            "`mode` {mode} is unknown; use MODE_DISTRIBUTED or MODE_REPLICATED"
+        ))),
+    }
+}
+
+/// Most consumers one job may declare.
+const MAX_CONSUMERS: u32 = 4096;
+
+impl State {
+    /// Creates a job (journaled) unless it exists.
+    pub(crate) fn ensure_job(
+        &mut self,
+        pipeline: &str,
+        job: &str,
+        mode: Mode,
+        consumers: u32,
+    ) -> Result<(), DispatchError> {
+        let p = self
+            .pipelines
+            .get_mut(pipeline)
+            .ok_or_else(|| DispatchError::NotFound(format!("no pipeline `{pipeline}`")))?;
+        if let Some(existing) = p.jobs.get(job) {
+            if existing.mode != mode {
+                return Err(DispatchError::FailedPrecondition(format!(
+                    "job `{job}` of pipeline `{pipeline}` runs in {:?} mode, not {mode:?}; use another job name",
+                    existing.mode
+                )));
+            }
+            if existing.settings.consumers != consumers {
+                return Err(DispatchError::FailedPrecondition(format!(
+                    "job `{job}` of pipeline `{pipeline}` has {} consumers, not {consumers}; every consumer of a job declares the same num_consumers",
+                    existing.settings.consumers
+                )));
+            }
+            return Ok(());
+        }
+        let f = &p.facts;
+        let settings = PlanSettings {
+            counts: f.counts.clone(),
+            batch: f.batch,
+            consumers,
+            mode,
+            drop_remainder: f.drop_remainder,
+            shuffle: f.shuffle,
+            seed: f.seed,
+        };
+        p.jobs.insert(
+            job.to_string(),
+            Job {
+                mode,
+                settings,
+                consumers: BTreeMap::new(),
+                epochs: BTreeMap::new(),
+                replays: VecDeque::new(),
+            },
+        );
+        self.events.push(Event::Job {
+            pipeline: pipeline.to_string(),
+            job: job.to_string(),
+            mode,
+            consumers,
+        });
+        Ok(())
+    }
+
+    /// A consumer joins a job, or resumes its place from a position.
+    pub fn register_client(
+        &mut self,
+        req: &pb::RegisterClientRequest,
+        now: u64,
+    ) -> Result<pb::RegisterClientResponse, DispatchError> {
+        check_name("pipeline", &req.pipeline)?;
+        let (epochs, batch) = {
+            let p = self.pipeline(&req.pipeline)?;
+            if let Some(why) = &p.failed {
+                return Err(DispatchError::FailedPrecondition(format!(
+                    "pipeline `{}` failed: {why}",
+                    req.pipeline
+                )));
+            }
+            (p.facts.epochs, p.facts.batch)
+        };
+        let job_name = if req.job.is_empty() { req.pipeline.clone() } else { req.job.clone() };
+        let mode = mode_of(req.mode)?;
+        let k = req.num_consumers.max(1);
+        if k > MAX_CONSUMERS {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`num_consumers` is {k}; at most {MAX_CONSUMERS} consumers share a job"
+            )));
+        }
+        if let Some(i) = req.consumer_index
+            && i >= k
+        {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`consumer_index` {i} is out of range: the job has {k} consumers (0..{k})"
+            )));
+        }
+        self.ensure_job(&req.pipeline, &job_name, mode, k)?;
+        let client_id = self.fresh_id("client");
+        let p = self
+            .pipelines
+            .get_mut(&req.pipeline)
+            .ok_or_else(|| DispatchError::NotFound(req.pipeline.clone()))?;
+        let job = p.jobs.get_mut(&job_name).ok_or_else(|| DispatchError::NotFound(job_name.clone()))?;
+        let index = match req.consumer_index {
+            Some(i) => i,
+            None => (0..k).find(|i| job.consumers.get(i).is_none_or(|c| c.gone)).ok_or_else(|| {
+                DispatchError::ResourceExhausted(format!(
+                    "job `{job_name}` already has its {k} consumers; give this one another job name, or declare consumer_index and num_consumers"
+                ))
+            })?,
+        };
+        let fingerprint = job.settings.fingerprint();
+        let (epoch, delivered) = match &req.resume {
+            Some(r) => {
+                if r.plan_fingerprint != fingerprint {
+                    return Err(DispatchError::FailedPrecondition(format!(
+                        "the position was taken under another plan of `{}` (different source, batch size, consumers or mode); it cannot be resumed",
+                        req.pipeline
+                    )));
+                }
+                if r.epoch > epochs {
+                    return Err(DispatchError::InvalidArgument(format!(
+                        "the position's epoch {} is past the pipeline's {epochs} epochs",
+                        r.epoch
+                    )));
+                }
+                let mut last = 0;
+                for range in &r.delivered {
+                    if range.start < last || range.end < range.start {
+                        return Err(DispatchError::InvalidArgument(
+                            "the position's delivered ranges must be sorted and disjoint".into(),
+                        ));
+                    }
+                    last = range.end;
+                }
+                (r.epoch, r.delivered.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>())
+            }
+            None => (0, Vec::new()),
+        };
+        // Whatever this consumer was sent before may be lost: replay every split that holds an
+        // undelivered part of it and is not pending (pending splits come in order anyway).
+        if epoch < epochs {
+            queue_replays(job, index, epoch, |slot| !delivered.iter().any(|&(a, z)| slot >= a && slot < z));
+            for later in (epoch + 1)..epochs {
+                if job.epochs.contains_key(&later) {
+                    queue_replays(job, index, later, |_| true);
+                }
+            }
+        }
+        let finished = epoch >= epochs;
+        job.consumers.insert(
+            index,
+            Consumer {
+                client_id: client_id.clone(),
+                last_seen: now,
+                epoch,
+                delivered: delivered.iter().map(|(a, z)| z - a).sum(),
+                finished,
+                gone: false,
+                metrics: None,
+            },
+        );
+        let workers = self.workers_of(&req.pipeline);
+        Ok(pb::RegisterClientResponse {
+            client_id,
+            job: job_name,
+            consumer_index: index,
+            num_consumers: k,
+            mode: match mode {
+                Mode::Distributed => pb::Mode::Distributed as i32,
+                Mode::Replicated => pb::Mode::Replicated as i32,
+            },
+            epochs,
+            batch_size: batch as u32,
+            heartbeat_interval_ms: self.timing.heartbeat_ms,
+            plan_fingerprint: fingerprint,
+            workers,
+        })
+    }
+
+    fn consumer_mut(
+        &mut self,
+        client_id: &str,
+        pipeline: &str,
+        job: &str,
+        index: u32,
+    ) -> Result<(&mut Job, u32), DispatchError> {
+        let unknown = || {
+            DispatchError::NotFound(format!(
+                "unknown client `{client_id}` for consumer {index} of job `{job}` of pipeline `{pipeline}`; register again"
+            ))
+        };
+        let p = self.pipelines.get_mut(pipeline).ok_or_else(unknown)?;
+        let epochs = p.facts.epochs;
+        let j = p.jobs.get_mut(job).ok_or_else(unknown)?;
+        match j.consumers.get(&index) {
+            Some(c) if c.client_id == client_id => Ok((j, epochs)),
+            Some(_) => Err(DispatchError::FailedPrecondition(format!(
+                "consumer {index} of job `{job}` was taken over by a newer client session; this one must stop"
+            ))),
+            None => Err(unknown()),
+        }
+    }
+
+    /// Records a consumer's heartbeat; answers with the workers to read from.
+    pub fn client_heartbeat(
+        &mut self,
+        req: &pb::ClientHeartbeatRequest,
+        now: u64,
+    ) -> Result<pb::ClientHeartbeatResponse, DispatchError> {
+        let (job, epochs) = self.consumer_mut(&req.client_id, &req.pipeline, &req.job, req.consumer_index)?;
+        if req.epoch > epochs {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`epoch` {} is past the pipeline's {epochs} epochs",
+                req.epoch
+            )));
+        }
+        if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
+            c.last_seen = now;
+            c.gone = false;
+            c.epoch = req.epoch;
+            c.delivered = req.delivered;
+            c.finished = req.finished;
+            c.metrics = req.metrics;
+        }
+        // Epochs every consumer is past are no longer needed.
+        let slowest = job.slowest_epoch(epochs);
+        job.epochs.retain(|&e, _| e + 1 >= slowest);
+        Ok(pb::ClientHeartbeatResponse { workers: self.workers_of(&req.pipeline) })
+    }
+
+    /// A consumer's batches in `epoch` and the split ranges that make each.
+    pub fn epoch_plan(&mut self, req: &pb::GetEpochPlanRequest) -> Result<pb::EpochPlan, DispatchError> {
+        let p = self
+            .pipelines
+            .get_mut(&req.pipeline)
+            .ok_or_else(|| DispatchError::NotFound(format!("no pipeline named `{}`", req.pipeline)))?;
+        let epochs = p.facts.epochs;
+        let job = p.jobs.get_mut(&req.job).ok_or_else(|| {
+            DispatchError::NotFound(format!(
+                "pipeline `{}` has no job `{}`; register a client first",
+                req.pipeline, req.job
+            ))
+        })?;
+        if req.epoch >= epochs {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`epoch` {} is out of range: the pipeline runs {epochs} epochs (0..{epochs})",
+                req.epoch
+            )));
+        }
+        if req.consumer_index >= job.settings.consumers {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`consumer_index` {} is out of range: the job has {} consumers",
+                req.consumer_index, job.settings.consumers
+            )));
+        }
+        let fingerprint = job.settings.fingerprint();
+        let plan = &job.epoch(req.epoch).plan;
+        let slots = plan
+            .consumer_slots(req.consumer_index)
+            .into_iter()
+            .enumerate()
+            .map(|(slot, parts)| pb::Slot {
+                slot: slot as u64,
+                parts: parts
+                    .into_iter()
+                    .map(|p| pb::SlotPart { split: p.split, lo: p.lo, hi: p.hi })
+                    .collect(),
+            })
+            .collect();
+        Ok(pb::EpochPlan { epoch: req.epoch, slots, plan_fingerprint: fingerprint })
+    }
+
+    /// Queues replays of produced splits for one consumer; returns the splits queued.
+    pub fn request_replay(&mut self, req: &pb::RequestReplayRequest) -> Result<Vec<u64>, DispatchError> {
+        let (job, epochs) = self.consumer_mut(&req.client_id, &req.pipeline, &req.job, req.consumer_index)?;
+        if req.epoch >= epochs {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`epoch` {} is out of range: the pipeline runs {epochs} epochs",
+                req.epoch
+            )));
+        }
+        let n = job.settings.counts.len() as u64;
+        if let Some(bad) = req.splits.iter().find(|&&s| s >= n) {
+            return Err(DispatchError::InvalidArgument(format!(
+                "split {bad} does not exist; the source has {n} splits"
+            )));
+        }
+        let index = req.consumer_index;
+        let state = job.epoch(req.epoch);
+        let produced: Vec<u64> =
+            req.splits.iter().copied().filter(|&s| state.status[s as usize] == SplitStatus::Done).collect();
+        let mut queued = Vec::new();
+        for split in produced {
+            let replay = Replay { epoch: req.epoch, split, only: Some(index) };
+            if !job.replays.contains(&replay) {
+                job.replays.push_back(replay);
+                queued.push(split);
+            }
+        }
+        Ok(queued)
+    }
+}
+
+/// Queues consumer-only replays of every non-pending split of `epoch` holding a wanted slot.
+fn queue_replays(job: &mut Job, index: u32, epoch: u32, wanted: impl Fn(u64) -> bool) {
+    let state = job.epoch(epoch);
+    let splits = state.plan.splits_for(index, wanted);
+    let replays: Vec<Replay> = splits
+        .into_iter()
+        .filter(|&s| state.status[s as usize] != SplitStatus::Pending)
+        .map(|split| Replay { epoch, split, only: Some(index) })
+        .collect();
+    for r in replays {
+        if !job.replays.contains(&r) {
+            job.replays.push_back(r);
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The worker-facing rules: registration, heartbeats, and split leases.
+
+use super::{DispatchError, Event, LeaseEntry, Replay, SplitStatus, State, WorkerEntry};
+use granary_proto::v1 as pb;
+use std::collections::BTreeSet;
+
+impl State {
+    /// Registers a worker (again, with the leases it holds, after a dispatcher restart). Returns
+    /// its id and the held leases taken back because their split is done or leased elsewhere.
+    pub fn register_worker(
+        &mut self,
+        req: &pb::RegisterWorkerRequest,
+        now: u64,
+    ) -> Result<(String, Vec<u64>), DispatchError> {
+        if req.address.is_empty() {
+            return Err(DispatchError::InvalidArgument(
+                "`address` is empty; a worker registers the host:port clients should use".into(),
+            ));
+        }
+        if !req.pipeline.is_empty() && !self.pipelines.contains_key(&req.pipeline) {
+            tracing::info!(pipeline = %req.pipeline, "worker serves a pipeline not registered yet");
+        }
+        let id = if req.worker_id.is_empty() { self.fresh_id("worker") } else { req.worker_id.clone() };
+        if let Some(old) = self.workers.remove(&id) {
+            // The same worker again: what it no longer lists goes back to the queue.
+            for lease in old.leases {
+                if !req.leases.iter().any(|l| l.lease_id == lease) {
+                    self.requeue(lease);
+                }
+            }
+        }
+        let pipeline = (!req.pipeline.is_empty()).then(|| req.pipeline.clone());
+        self.workers.insert(
+            id.clone(),
+            WorkerEntry {
+                address: req.address.clone(),
+                pipeline,
+                last_seen: now,
+                leases: BTreeSet::new(),
+                metrics: None,
+            },
+        );
+        let mut revoked = Vec::new();
+        for lease in &req.leases {
+            if !self.adopt(&id, lease, now) {
+                revoked.push(lease.lease_id);
+            }
+        }
+        Ok((id, revoked))
+    }
+
+    /// Takes back a lease a worker held before a restart, unless the split moved on.
+    fn adopt(&mut self, worker: &str, lease: &pb::Lease, now: u64) -> bool {
+        if let Some(existing) = self.leases.get(&lease.lease_id) {
+            return existing.worker == worker;
+        }
+        let Some(job) = self.pipelines.get_mut(&lease.pipeline).and_then(|p| p.jobs.get_mut(&lease.job))
+        else {
+            return false;
+        };
+        if (lease.split as usize) >= job.settings.counts.len() {
+            return false;
+        }
+        let replay = Replay { epoch: lease.epoch, split: lease.split, only: lease.only_consumer };
+        if replay.only.is_none() {
+            let epoch = job.epoch(lease.epoch);
+            if epoch.status[lease.split as usize] != SplitStatus::Pending {
+                return false;
+            }
+            epoch.status[lease.split as usize] = SplitStatus::Leased(lease.lease_id);
+            job.replays.retain(|r| *r != replay);
+        }
+        self.leases.insert(
+            lease.lease_id,
+            LeaseEntry {
+                worker: worker.to_string(),
+                pipeline: lease.pipeline.clone(),
+                job: lease.job.clone(),
+                replay,
+                deadline: now + self.timing.lease_ms,
+            },
+        );
+        self.next_lease = self.next_lease.max(lease.lease_id + 1);
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.leases.insert(lease.lease_id);
+        }
+        true
+    }
+
+    fn worker_mut(&mut self, id: &str) -> Result<&mut WorkerEntry, DispatchError> {
+        self.workers.get_mut(id).ok_or_else(|| {
+            DispatchError::NotFound(format!("unknown worker `{id}`; register (again) with RegisterWorker"))
+        })
+    }
+
+    /// Records a heartbeat: renews the listed leases and answers with the ones the worker lost
+    /// and the consumers that are gone.
+    pub fn worker_heartbeat(
+        &mut self,
+        req: &pb::WorkerHeartbeatRequest,
+        now: u64,
+    ) -> Result<pb::WorkerHeartbeatResponse, DispatchError> {
+        let revoked = self.renew(&req.worker_id, &req.leases, now)?;
+        let worker = self.worker_mut(&req.worker_id)?;
+        worker.metrics = req.metrics.clone();
+        let pipeline = worker.pipeline.clone();
+        let mut gone = Vec::new();
+        for (name, p) in &self.pipelines {
+            if pipeline.as_deref().is_some_and(|w| w != name) {
+                continue;
+            }
+            for (job, j) in &p.jobs {
+                for (index, c) in &j.consumers {
+                    if c.gone {
+                        gone.push(pb::ConsumerRef {
+                            pipeline: name.clone(),
+                            job: job.clone(),
+                            consumer_index: *index,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(pb::WorkerHeartbeatResponse { revoked, gone })
+    }
+
+    /// Extends the deadlines of `leases`; returns those the worker does not hold.
+    pub fn renew(&mut self, worker: &str, leases: &[u64], now: u64) -> Result<Vec<u64>, DispatchError> {
+        let deadline = now + self.timing.lease_ms;
+        self.worker_mut(worker)?.last_seen = now;
+        let mut revoked = Vec::new();
+        for id in leases {
+            match self.leases.get_mut(id) {
+                Some(l) if l.worker == worker => l.deadline = deadline,
+                _ => revoked.push(*id),
+            }
+        }
+        Ok(revoked)
+    }
+
+    /// The next split for `worker`: replays first, then each job's epochs in order, one job after
+    /// another. `None` when there is nothing to do now.
+    pub fn lease(&mut self, worker: &str, now: u64) -> Result<Option<pb::Lease>, DispatchError> {
+        let filter = self.worker_mut(worker)?.pipeline.clone();
+        let mut jobs: Vec<(String, String)> = Vec::new();
+        for (name, p) in &self.pipelines {
+            if filter.as_deref().is_some_and(|f| f != name) || p.failed.is_some() {
+                continue;
+            }
+            for job in p.jobs.keys() {
+                jobs.push((name.clone(), job.clone()));
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(None);
+        }
+        for i in 0..jobs.len() {
+            let (pipeline, job) = &jobs[(self.turn + i) % jobs.len()];
+            if let Some(replay) = self.next_work(pipeline, job) {
+                self.turn = (self.turn + i + 1) % jobs.len();
+                return Ok(Some(self.grant(worker, pipeline, job, replay, now)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_work(&mut self, pipeline: &str, job_name: &str) -> Option<Replay> {
+        let p = self.pipelines.get_mut(pipeline)?;
+        let epochs = p.facts.epochs;
+        let job = p.jobs.get_mut(job_name)?;
+        if job.consumers.values().all(|c| c.gone || c.finished) {
+            return None;
+        }
+        while let Some(replay) = job.replays.pop_front() {
+            // A whole-split re-lease is stale once the split was taken back or finished.
+            if replay.only.is_some()
+                || job.epoch(replay.epoch).status[replay.split as usize] == SplitStatus::Pending
+            {
+                return Some(replay);
+            }
+        }
+        let limit = job.slowest_epoch(epochs).saturating_add(1).min(epochs.saturating_sub(1));
+        let first = job.epochs.keys().next().copied().unwrap_or(0);
+        for epoch in first..=limit {
+            let state = job.epoch(epoch);
+            while state.cursor < state.plan.order().len() {
+                let split = state.plan.order()[state.cursor];
+                state.cursor += 1;
+                if state.status[split as usize] == SplitStatus::Pending {
+                    return Some(Replay { epoch, split, only: None });
+                }
+            }
+        }
+        None
+    }
+
+    fn grant(&mut self, worker: &str, pipeline: &str, job_name: &str, replay: Replay, now: u64) -> pb::Lease {
+        self.next_lease += 1;
+        let id = self.next_lease;
+        let lease_ms = self.timing.lease_ms;
+        let (generation, parts, elements) = match self.pipelines.get_mut(pipeline) {
+            Some(p) => {
+                let generation = p.generation;
+                let job = p.jobs.get_mut(job_name);
+                match job {
+                    Some(job) => {
+                        let consumers = job.settings.consumers;
+                        let elements = job.settings.counts.get(replay.split as usize).copied().unwrap_or(0);
+                        let state = job.epoch(replay.epoch);
+                        if replay.only.is_none() {
+                            state.status[replay.split as usize] = SplitStatus::Leased(id);
+                        }
+                        (generation, state.plan.parts_of_split(replay.split, consumers), elements)
+                    }
+                    None => (generation, Vec::new(), 0),
+                }
+            }
+            None => (0, Vec::new(), 0),
+        };
+        self.leases.insert(
+            id,
+            LeaseEntry {
+                worker: worker.to_string(),
+                pipeline: pipeline.to_string(),
+                job: job_name.to_string(),
+                replay,
+                deadline: now + lease_ms,
+            },
+        );
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.leases.insert(id);
+        }
+        pb::Lease {
+            lease_id: id,
+            pipeline: pipeline.to_string(),
+            generation,
+            job: job_name.to_string(),
+            epoch: replay.epoch,
+            split: replay.split,
+            elements,
+            parts: parts
+                .into_iter()
+                .map(|p| pb::Part { lo: p.lo, hi: p.hi, slot: p.slot, consumers: p.consumers })
+                .collect(),
+            duration_ms: lease_ms as u32,
+            only_consumer: replay.only,
+        }
+    }
+
+    /// A worker finished a split. Unknown leases (from before a restart) still count when they
+    /// name a real split.
+    pub fn complete(&mut self, req: &pb::CompleteSplitRequest) -> Result<(), DispatchError> {
+        let lease = self.leases.remove(&req.lease_id);
+        if let Some(l) = &lease
+            && let Some(w) = self.workers.get_mut(&l.worker)
+        {
+            w.leases.remove(&req.lease_id);
+        }
+        let (pipeline, job_name, replay) = match lease {
+            Some(l) => (l.pipeline, l.job, l.replay),
+            None => (
+                req.pipeline.clone(),
+                req.job.clone(),
+                Replay { epoch: req.epoch, split: req.split, only: None },
+            ),
+        };
+        let p = self.pipelines.get_mut(&pipeline).ok_or_else(|| {
+            DispatchError::NotFound(format!(
+                "lease {} names pipeline `{pipeline}`, which is not registered",
+                req.lease_id
+            ))
+        })?;
+        let job = p.jobs.get_mut(&job_name).ok_or_else(|| {
+            DispatchError::NotFound(format!(
+                "lease {} names job `{job_name}`, which does not exist",
+                req.lease_id
+            ))
+        })?;
+        let expected = job.settings.counts.get(replay.split as usize).copied().ok_or_else(|| {
+            DispatchError::InvalidArgument(format!(
+                "split {} does not exist; the source has {} splits",
+                replay.split,
+                job.settings.counts.len()
+            ))
+        })?;
+        if req.elements != expected && p.failed.is_none() {
+            let message = format!(
+                "split {} yielded {} elements but the plan expects {expected}: the source changed while the pipeline ran; register it again",
+                replay.split, req.elements
+            );
+            tracing::error!(pipeline = %pipeline, "{message}");
+            p.failed = Some(message);
+        }
+        if replay.only.is_none() && replay.epoch < p.facts.epochs {
+            let state = job.epoch(replay.epoch);
+            if state.status[replay.split as usize] != SplitStatus::Done {
+                state.status[replay.split as usize] = SplitStatus::Done;
+                self.events.push(Event::SplitDone {
+                    pipeline,
+                    job: job_name,
+                    epoch: replay.epoch,
+                    split: replay.split,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A worker gives a lease back unfinished.
+    pub fn give_back(&mut self, worker: &str, lease: u64) -> Result<(), DispatchError> {
+        match self.leases.get(&lease) {
+            Some(l) if l.worker == worker => {
+                self.requeue(lease);
+                Ok(())
+            }
+            _ => Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
+        }
+    }
+
+    /// Puts a lease's split back at the front of its job's queue.
+    pub(crate) fn requeue(&mut self, lease: u64) {
+        let Some(l) = self.leases.remove(&lease) else { return };
+        if let Some(w) = self.workers.get_mut(&l.worker) {
+            w.leases.remove(&lease);
+        }
+        let Some(job) = self.pipelines.get_mut(&l.pipeline).and_then(|p| p.jobs.get_mut(&l.job)) else {
+            return;
+        };
+        if l.replay.only.is_none() {
+            let state = job.epoch(l.replay.epoch);
+            if state.status[l.replay.split as usize] != SplitStatus::Leased(lease) {
+                return;
+            }
+            state.status[l.replay.split as usize] = SplitStatus::Pending;
+        }
+        if !job.replays.contains(&l.replay) {
+            job.replays.push_front(l.replay);
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! The dispatcher's state as a pure state machine: requests and the time (milliseconds since
+//! start, as data) in, answers and journal events out. No I/O and no clock here, so every rule is
+//! tested directly.
+
+mod consumers;
+mod events;
+mod leases;
+
+pub use events::Event;
+
+use crate::plan::{EpochPlan, Mode, PlanSettings};
+use granary_proto::v1 as pb;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Timing of liveness.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// How often workers and clients heartbeat.
+    pub heartbeat_ms: u32,
+    /// How long a lease lives without a renewal; a worker silent this long is dead.
+    pub lease_ms: u64,
+    /// How long a silent consumer keeps its place before workers drop its parts.
+    pub client_timeout_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing { heartbeat_ms: 500, lease_ms: 4000, client_timeout_ms: 10_000 }
+    }
+}
+
+/// Why a request was refused; each maps to a gRPC status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// Something named does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// A field is malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The request does not fit the current state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// No room (e.g. every consumer place of a job is taken).
+    #[error("{0}")]
+    ResourceExhausted(String),
+}
+
+/// Facts about a registered pipeline's source and spec that plans need.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PipelineFacts {
+    /// The manifest as JSON (relative paths resolved).
+    pub manifest_json: String,
+    /// Folder relative paths resolve from.
+    pub base_dir: String,
+    /// Elements of each split.
+    pub counts: Vec<u64>,
+    /// Elements per batch.
+    pub batch: u64,
+    /// Epochs to run.
+    pub epochs: u32,
+    /// `dropRemainder`.
+    pub drop_remainder: bool,
+    /// Whether splits are visited in a seeded random order.
+    pub shuffle: bool,
+    /// Pipeline seed.
+    pub seed: u64,
+}
+
+/// A split's progress in one epoch of one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SplitStatus {
+    Pending,
+    Leased(u64),
+    Done,
+}
+
+pub(crate) struct EpochState {
+    pub(crate) plan: EpochPlan,
+    /// Next index in the plan's order to look at for a pending split.
+    pub(crate) cursor: usize,
+    pub(crate) status: Vec<SplitStatus>,
+}
+
+/// Work queued ahead of the epoch order: re-leases and replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Replay {
+    pub(crate) epoch: u32,
+    pub(crate) split: u64,
+    /// Only this consumer's parts; `None` re-produces the whole split.
+    pub(crate) only: Option<u32>,
+}
+
+pub(crate) struct Consumer {
+    pub(crate) client_id: String,
+    pub(crate) last_seen: u64,
+    pub(crate) epoch: u32,
+    pub(crate) delivered: u64,
+    pub(crate) finished: bool,
+    pub(crate) gone: bool,
+    pub(crate) metrics: Option<pb::ClientMetrics>,
+}
+
+pub(crate) struct Job {
+    pub(crate) mode: Mode,
+    pub(crate) settings: PlanSettings,
+    pub(crate) consumers: BTreeMap<u32, Consumer>,
+    pub(crate) epochs: BTreeMap<u32, EpochState>,
+    pub(crate) replays: VecDeque<Replay>,
+}
+
+impl Job {
+    pub(crate) fn epoch(&mut self, epoch: u32) -> &mut EpochState {
+        let settings = &self.settings;
+        self.epochs.entry(epoch).or_insert_with(|| {
+            let plan = settings.plan(epoch);
+            EpochState { plan, cursor: 0, status: vec![SplitStatus::Pending; settings.counts.len()] }
+        })
+    }
+
+    /// The epoch the slowest consumer is in (epochs are leased at most one ahead of it).
+    pub(crate) fn slowest_epoch(&self, epochs: u32) -> u32 {
+        self.consumers.values().map(|c| if c.finished { epochs } else { c.epoch }).min().unwrap_or(0)
+    }
+}
+
+pub(crate) struct Pipeline {
+    pub(crate) facts: PipelineFacts,
+    pub(crate) generation: u64,
+    pub(crate) jobs: BTreeMap<String, Job>,
+    /// Set when the source no longer matches the plan.
+    pub(crate) failed: Option<String>,
+}
+
+pub(crate) struct WorkerEntry {
+    pub(crate) address: String,
+    pub(crate) pipeline: Option<String>,
+    pub(crate) last_seen: u64,
+    pub(crate) leases: BTreeSet<u64>,
+    pub(crate) metrics: Option<pb::WorkerMetrics>,
+}
+
+pub(crate) struct LeaseEntry {
+    pub(crate) worker: String,
+    pub(crate) pipeline: String,
+    pub(crate) job: String,
+    pub(crate) replay: Replay,
+    pub(crate) deadline: u64,
+}
+
+/// Metrics of one pipeline, latest report of each worker and consumer, for the policies.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsSnapshot {
+    /// Per worker (id, metrics).
+    pub workers: Vec<(String, pb::WorkerMetrics)>,
+    /// Per consumer (job, index, metrics).
+    pub consumers: Vec<(String, u32, pb::ClientMetrics)>,
+}
+
+/// Progress of one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobProgress {
+    /// Job name.
+    pub job: String,
+    /// Consumers registered.
+    pub consumers: u32,
+    /// Consumers the job was declared with.
+    pub declared: u32,
+    /// Consumers that delivered every epoch.
+    pub finished: u32,
+    /// The slowest consumer's epoch.
+    pub epoch: u32,
+}
+
+/// The whole dispatcher state.
+pub struct State {
+    pub(crate) timing: Timing,
+    pub(crate) pipelines: BTreeMap<String, Pipeline>,
+    pub(crate) workers: BTreeMap<String, WorkerEntry>,
+    pub(crate) leases: BTreeMap<u64, LeaseEntry>,
+    pub(crate) next_lease: u64,
+    pub(crate) next_id: u64,
+    /// Events to journal, drained by the caller after each request.
+    pub(crate) events: Vec<Event>,
+    /// Round-robin position over (pipeline, job) for leasing.
+    pub(crate) turn: usize,
+}
+
+impl State {
+    /// An empty state. `id_base` makes lease and session ids of this run distinct from those
+    /// of earlier runs (use the wall clock).
+    pub fn new(timing: Timing, id_base: u64) -> State {
+        State {
+            timing,
+            pipelines: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            next_lease: id_base << 16,
+            next_id: id_base,
+            events: Vec::new(),
+            turn: 0,
+        }
+    }
+
+    /// Liveness timing.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// Takes the events to journal.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    pub(crate) fn fresh_id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}-{:x}", self.next_id)
+    }
+
+    /// Registers or replaces a pipeline. The same facts again change nothing; other facts start a
+    /// new generation with no jobs.
+    pub fn register_pipeline(&mut self, name: &str, facts: PipelineFacts) -> Result<u64, DispatchError> {
+        check_name("name", name)?;
+        if facts.counts.is_empty() {
+            return Err(DispatchError::InvalidArgument(format!(
+                "pipeline `{name}`: the source has no splits; check spec.source.url"
+            )));
+        }
+        if let Some(p) = self.pipelines.get(name)
+            && p.facts == facts
+        {
+            return Ok(p.generation);
+        }
+        let generation = self.pipelines.get(name).map_or(1, |p| p.generation + 1);
+        self.events.push(Event::Pipeline { name: name.to_string(), generation, facts: facts.clone() });
+        self.pipelines
+            .insert(name.to_string(), Pipeline { facts, generation, jobs: BTreeMap::new(), failed: None });
+        Ok(generation)
+    }
+
+    /// A registered pipeline's description.
+    pub fn pipeline_info(&self, name: &str) -> Result<pb::PipelineInfo, DispatchError> {
+        let p = self.pipeline(name)?;
+        Ok(pb::PipelineInfo {
+            name: name.to_string(),
+            manifest_json: p.facts.manifest_json.clone(),
+            base_dir: p.facts.base_dir.clone(),
+            generation: p.generation,
+            splits: p.facts.counts.len() as u64,
+            elements: p.facts.counts.iter().sum(),
+            epochs: p.facts.epochs,
+            batch_size: p.facts.batch as u32,
+        })
+    }
+
+    pub(crate) fn pipeline(&self, name: &str) -> Result<&Pipeline, DispatchError> {
+        self.pipelines.get(name).ok_or_else(|| self.unknown_pipeline(name))
+    }
+
+    pub(crate) fn unknown_pipeline(&self, name: &str) -> DispatchError {
+        let known: Vec<&str> = self.pipelines.keys().map(String::as_str).collect();
+        DispatchError::NotFound(if known.is_empty() {
+            format!("no pipeline named `{name}`: none is registered yet")
+        } else {
+            format!("no pipeline named `{name}`; registered: {}", known.join(", "))
+        })
+    }
+
+    /// Names of the registered pipelines.
+    pub fn pipeline_names(&self) -> Vec<String> {
+        self.pipelines.keys().cloned().collect()
+    }
+
+    /// Why a pipeline failed, if it did.
+    pub fn failure(&self, pipeline: &str) -> Option<String> {
+        self.pipelines.get(pipeline).and_then(|p| p.failed.clone())
+    }
+
+    /// Jobs of a pipeline and how far they are.
+    pub fn progress(&self, pipeline: &str) -> Vec<JobProgress> {
+        let Some(p) = self.pipelines.get(pipeline) else { return Vec::new() };
+        p.jobs
+            .iter()
+            .map(|(name, job)| JobProgress {
+                job: name.clone(),
+                consumers: job.consumers.len() as u32,
+                declared: job.settings.consumers,
+                finished: job.consumers.values().filter(|c| c.finished).count() as u32,
+                epoch: job.slowest_epoch(p.facts.epochs),
+            })
+            .collect()
+    }
+
+    /// Latest metrics of a pipeline's workers and consumers.
+    pub fn snapshot(&self, pipeline: &str) -> MetricsSnapshot {
+        let mut snap = MetricsSnapshot::default();
+        for (id, w) in &self.workers {
+            if w.pipeline.as_deref().is_none_or(|p| p == pipeline)
+                && let Some(m) = &w.metrics
+            {
+                snap.workers.push((id.clone(), m.clone()));
+            }
+        }
+        if let Some(p) = self.pipelines.get(pipeline) {
+            for (job, j) in &p.jobs {
+                for (index, c) in &j.consumers {
+                    if let Some(m) = &c.metrics {
+                        snap.consumers.push((job.clone(), *index, *m));
+                    }
+                }
+            }
+        }
+        snap
+    }
+
+    /// Workers that serve `pipeline` and where clients reach them.
+    pub fn workers_of(&self, pipeline: &str) -> Vec<pb::WorkerInfo> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.pipeline.as_deref().is_none_or(|p| p == pipeline))
+            .map(|(id, w)| pb::WorkerInfo { worker_id: id.clone(), address: w.address.clone() })
+            .collect()
+    }
+
+    /// Forgets silent workers (their leases go back to the front of the queue), expires leases
+    /// past their deadline, and marks silent consumers gone.
+    pub fn expire(&mut self, now: u64) {
+        let lease_ms = self.timing.lease_ms;
+        let dead: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| now.saturating_sub(w.last_seen) > lease_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in dead {
+            tracing::warn!(worker = %id, "worker missed its heartbeats; its splits go to other workers");
+            self.workers.remove(&id);
+        }
+        let expired: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.deadline < now || !self.workers.contains_key(&l.worker))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.requeue(id);
+        }
+        let timeout = self.timing.client_timeout_ms;
+        for p in self.pipelines.values_mut() {
+            for job in p.jobs.values_mut() {
+                for c in job.consumers.values_mut() {
+                    if !c.gone && !c.finished && now.saturating_sub(c.last_seen) > timeout {
+                        c.gone = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn check_name(field: &str, value: &str) -> Result<(), DispatchError> {
+    if value.is_empty() {
+        return Err(DispatchError::InvalidArgument(format!("`{field}` is empty; name the pipeline")));
+    }
+    if value.len() > 253 {
+        return Err(DispatchError::InvalidArgument(format!(
+            "`{field}` is {} characters long; names have at most 253",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,179 @@
+//! Rules of the state machine, driven as the service drives them.
+
+use super::*;
+use granary_proto::v1 as pb;
+
+fn facts(counts: Vec<u64>, batch: u64, epochs: u32) -> PipelineFacts {
+    PipelineFacts {
+        manifest_json: "{}".into(),
+        base_dir: "/".into(),
+        counts,
+        batch,
+        epochs,
+        drop_remainder: false,
+        shuffle: true,
+        seed: 1,
+    }
+}
+
+fn client(state: &mut State, index: u32, k: u32, now: u64) -> pb::RegisterClientResponse {
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        num_consumers: k,
+        consumer_index: Some(index),
+        ..Default::default()
+    };
+    state.register_client(&req, now).unwrap()
+}
+
+fn worker(state: &mut State, now: u64) -> String {
+    let req = pb::RegisterWorkerRequest { address: "127.0.0.1:1".into(), ..Default::default() };
+    state.register_worker(&req, now).unwrap().0
+}
+
+fn complete(state: &mut State, lease: &pb::Lease) {
+    let req = pb::CompleteSplitRequest {
+        lease_id: lease.lease_id,
+        pipeline: lease.pipeline.clone(),
+        job: lease.job.clone(),
+        epoch: lease.epoch,
+        split: lease.split,
+        elements: lease.elements,
+        ..Default::default()
+    };
+    state.complete(&req).unwrap();
+}
+
+#[test]
+fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 3)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let mut got = Vec::new();
+    while let Some(lease) = s.lease(&w, 0).unwrap() {
+        got.push((lease.epoch, lease.split));
+        complete(&mut s, &lease);
+    }
+    // Epochs 0 and 1 only: the consumer is still in epoch 0.
+    assert_eq!(got.len(), 8);
+    let order0: Vec<u64> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
+    assert_eq!(
+        order0,
+        PlanSettings {
+            counts: vec![10; 4],
+            batch: 5,
+            consumers: 1,
+            mode: Mode::Distributed,
+            drop_remainder: false,
+            shuffle: true,
+            seed: 1
+        }
+        .order(0)
+    );
+}
+
+#[test]
+fn a_dead_workers_leases_come_back_first() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w1 = worker(&mut s, 0);
+    let lost = s.lease(&w1, 0).unwrap().unwrap();
+    let w2 = worker(&mut s, 0);
+    // w2 keeps heartbeating, w1 goes silent.
+    let hb = pb::WorkerHeartbeatRequest { worker_id: w2.clone(), ..Default::default() };
+    s.worker_heartbeat(&hb, 3000).unwrap();
+    s.expire(5000);
+    assert!(!s.workers.contains_key(&w1));
+    let again = s.lease(&w2, 5000).unwrap().unwrap();
+    assert_eq!((again.epoch, again.split), (lost.epoch, lost.split));
+    assert!(again.only_consumer.is_none());
+    // The dead worker's late completion is not an error and changes nothing twice.
+    complete(&mut s, &lost);
+    complete(&mut s, &again);
+}
+
+#[test]
+fn resume_replays_produced_splits_for_that_consumer_only() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    let first = client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let a = s.lease(&w, 0).unwrap().unwrap();
+    complete(&mut s, &a);
+    let resume = pb::ResumePoint { epoch: 0, delivered: vec![], plan_fingerprint: first.plan_fingerprint };
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        consumer_index: Some(0),
+        num_consumers: 1,
+        resume: Some(resume),
+        ..Default::default()
+    };
+    s.register_client(&req, 10).unwrap();
+    let replay = s.lease(&w, 10).unwrap().unwrap();
+    assert_eq!((replay.split, replay.only_consumer), (a.split, Some(0)));
+    // A stale session is told it was taken over.
+    let hb = pb::ClientHeartbeatRequest {
+        client_id: first.client_id,
+        pipeline: "p".into(),
+        job: "p".into(),
+        ..Default::default()
+    };
+    assert!(matches!(s.client_heartbeat(&hb, 20), Err(DispatchError::FailedPrecondition(_))));
+}
+
+#[test]
+fn refusals_say_what_is_wrong() {
+    let mut s = State::new(Timing::default(), 1);
+    let req = pb::RegisterClientRequest { pipeline: "nope".into(), ..Default::default() };
+    let e = s.register_client(&req, 0).unwrap_err();
+    assert!(e.to_string().contains("no pipeline named `nope`"), "{e}");
+    s.register_pipeline("p", facts(vec![3], 2, 1)).unwrap();
+    client(&mut s, 0, 2, 0);
+    let req = pb::RegisterClientRequest { pipeline: "p".into(), num_consumers: 3, ..Default::default() };
+    let e = s.register_client(&req, 0).unwrap_err();
+    assert!(e.to_string().contains("has 2 consumers, not 3"), "{e}");
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        num_consumers: 2,
+        consumer_index: Some(5),
+        ..Default::default()
+    };
+    assert!(matches!(s.register_client(&req, 0), Err(DispatchError::InvalidArgument(_))));
+    let hb = pb::WorkerHeartbeatRequest { worker_id: "ghost".into(), ..Default::default() };
+    assert!(matches!(s.worker_heartbeat(&hb, 0), Err(DispatchError::NotFound(_))));
+}
+
+#[test]
+fn journal_events_rebuild_progress() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let a = s.lease(&w, 0).unwrap().unwrap();
+    complete(&mut s, &a);
+    let events = s.take_events();
+    let mut t = State::new(Timing::default(), 2);
+    for e in &events {
+        t.apply(e);
+    }
+    assert_eq!(t.snapshot_events(), s.snapshot_events());
+    client(&mut t, 0, 1, 0);
+    let w = worker(&mut t, 0);
+    let mut rest = Vec::new();
+    let mut replays = Vec::new();
+    while let Some(l) = t.lease(&w, 0).unwrap() {
+        if l.only_consumer.is_some() {
+            replays.push(l.split)
+        } else {
+            rest.push(l.split)
+        }
+        complete(&mut t, &l);
+    }
+    // The three splits not produced yet, and (since this consumer registered afresh, without a
+    // position) the produced one again, for it alone.
+    assert_eq!(rest.len(), 3);
+    assert!(!rest.contains(&a.split));
+    assert_eq!(replays, vec![a.split]);
+}
