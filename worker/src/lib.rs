@@ -11,11 +11,13 @@ compile_error!("granary-worker assumes a little-endian target: batch buffers are
 pub mod batch;
 pub mod budget;
 pub mod buffers;
+pub mod catalog;
 pub mod element;
 pub mod engine;
 pub mod executor;
 pub mod ops;
 pub mod seed;
+pub mod service;
 pub mod source;
 pub mod store;
 pub mod tensor;

@@ -1,0 +1,87 @@
+//! `granary worker`: a data-plane worker. It leases splits from a dispatcher, runs the pipeline's
+//! engine on them and streams the batch parts to the consumers; SIGTERM or Ctrl-C drains it.
+
+use anyhow::Context;
+use granary_worker::service::{WorkerConfig, serve};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `granary worker`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WorkerArgs {
+    /// Dispatcher address (`host:port` or `http://host:port`).
+    #[arg(long, env = "GRANARY_DISPATCHER")]
+    pub dispatcher: String,
+    /// Address to listen on for consumer streams (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Address consumers connect to, `host:port` (default: the bound address).
+    #[arg(long, env = "GRANARY_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Serve only this pipeline (default: any).
+    #[arg(long)]
+    pub pipeline: Option<String>,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
+    #[arg(long, default_value = "512Mi")]
+    pub prefetch_bytes: String,
+    /// Seconds a drain (SIGTERM) waits for the held leases before returning them.
+    #[arg(long, default_value_t = 20.0)]
+    pub drain_timeout: f64,
+}
+
+/// Runs `granary worker` until SIGTERM or Ctrl-C, then drains.
+pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    let engine = super::run::engine_options(args.threads, &args.prefetch_bytes)?;
+    let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout)
+        .map_err(|_| anyhow::anyhow!("--drain-timeout must be a number of seconds, 0 or more"))?;
+    let config = WorkerConfig {
+        dispatcher: args.dispatcher.clone(),
+        listen: args.listen,
+        advertise: args.advertise.clone().filter(|a| !a.is_empty()),
+        pipeline: args.pipeline.clone().filter(|p| !p.is_empty()),
+        engine,
+        drain_timeout,
+        leases_ahead: 2,
+    };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("granary-service")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(serve(config, shutdown_signal()));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result.context("worker failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on the first SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!("cannot listen for Ctrl-C: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = terminate => tracing::info!("SIGTERM: draining"),
+        () = interrupt => tracing::info!("interrupted: draining"),
+    }
+}

@@ -1,0 +1,615 @@
+//! The worker's side of the conversation with the dispatcher: registration, heartbeats, split
+//! leases, completions, and the drain on shutdown.
+//!
+//! The dispatcher may be down or restart at any time: every call is retried with a backoff
+//! (100 ms doubling to 2 s) while the worker keeps serving its streams, and a heartbeat answered
+//! with `NOT_FOUND` (a restarted dispatcher that forgot the worker) registers again with the same
+//! id and the leases held.
+
+use super::leases::Leases;
+use super::metrics::{Counters, Inputs, Sampler};
+use super::producer::{Event, Producer, ProducerError, Sinks};
+use super::queues::{ConsumerKey, Delivered, Queues};
+use crate::engine::EngineOptions;
+use granary_proto::v1::dispatcher_client::DispatcherClient;
+use granary_proto::v1::{
+    CompleteSplitRequest, GetPipelineRequest, Lease, LeaseSplitRequest, RegisterWorkerRequest,
+    ReturnLeaseRequest, WorkerHeartbeatRequest, WorkerHeartbeatResponse, WorkerMetrics,
+};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+/// Heartbeat interval until the dispatcher tells another.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(500);
+/// Wait before asking for a lease again when the dispatcher names none.
+const DEFAULT_RETRY: Duration = Duration::from_millis(200);
+/// Completion attempts answered `NOT_FOUND` before giving up (a restarted dispatcher may need a
+/// re-registration first).
+const COMPLETE_NOT_FOUND_ATTEMPTS: u32 = 20;
+
+/// Settings of the agent.
+pub struct AgentConfig {
+    /// Address clients connect to.
+    pub advertise: String,
+    /// Serve only this pipeline; empty serves any.
+    pub pipeline: String,
+    /// Cores the engines compute with.
+    pub cores: u32,
+    /// Engine settings.
+    pub engine: EngineOptions,
+    /// Splits computed at once, at most.
+    pub leases_ahead: usize,
+    /// How long a drain waits for held leases.
+    pub drain_timeout: Duration,
+}
+
+/// Retry delays: 100 ms, doubling up to 2 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+
+    fn new() -> Backoff {
+        Backoff(Self::FIRST)
+    }
+
+    fn next(&mut self) -> Duration {
+        let wait = self.0;
+        self.0 = (self.0 * 2).min(Self::MAX);
+        wait
+    }
+
+    fn reset(&mut self) {
+        self.0 = Self::FIRST;
+    }
+}
+
+/// Who the dispatcher knows this worker as.
+struct Identity {
+    worker_id: String,
+    heartbeat: Duration,
+}
+
+/// Why a lease could not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot get pipeline `{pipeline}` from the dispatcher: {status}")]
+    Pipeline { pipeline: String, status: Status },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error("split {split} is not in the listing of pipeline `{pipeline}` ({splits} splits)")]
+    NoSplit { pipeline: String, split: u64, splits: usize },
+    #[error("the engine of pipeline `{0}` stopped")]
+    Closed(String),
+}
+
+/// The agent.
+pub struct Agent {
+    config: AgentConfig,
+    client: DispatcherClient<Channel>,
+    queues: Arc<Queues>,
+    leases: Leases,
+    counters: Arc<Counters>,
+    producers: Mutex<HashMap<String, Arc<Producer>>>,
+    events: mpsc::UnboundedSender<Event>,
+    identity: RwLock<Identity>,
+}
+
+impl Agent {
+    /// An agent talking to the dispatcher through `client`; returns it and the receiver its
+    /// producers report to (hand it to [`Agent::run`]).
+    pub fn new(
+        config: AgentConfig,
+        client: DispatcherClient<Channel>,
+        queues: Arc<Queues>,
+    ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let agent = Agent {
+            config,
+            client,
+            queues,
+            leases: Leases::default(),
+            counters: Arc::new(Counters::default()),
+            producers: Mutex::new(HashMap::new()),
+            events,
+            identity: RwLock::new(Identity { worker_id: String::new(), heartbeat: DEFAULT_HEARTBEAT }),
+        };
+        (Arc::new(agent), events_rx)
+    }
+
+    /// Registers, then leases and produces splits until `shutdown`, then drains.
+    pub async fn run(
+        self: Arc<Self>,
+        events: mpsc::UnboundedReceiver<Event>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        tokio::select! {
+            () = self.register_until_done() => {}
+            () = &mut shutdown => {
+                tracing::info!("stopping before the dispatcher answered");
+                return;
+            }
+        }
+        let heartbeat = tokio::spawn(Arc::clone(&self).heartbeats());
+        let handler = tokio::spawn(Arc::clone(&self).handle_events(events));
+        let stop = CancellationToken::new();
+        let leasing = tokio::spawn({
+            let (agent, stop) = (Arc::clone(&self), stop.clone());
+            async move { agent.lease_splits(stop).await }
+        });
+        shutdown.await;
+        tracing::info!("draining: no new leases");
+        stop.cancel();
+        if let Err(e) = leasing.await {
+            tracing::error!("the lease loop failed: {e}");
+        }
+        self.drain().await;
+        heartbeat.abort();
+        handler.abort();
+        let producers: Vec<Arc<Producer>> = self.producers().drain().map(|(_, p)| p).collect();
+        for producer in producers {
+            producer.stop();
+        }
+    }
+
+    fn client(&self) -> DispatcherClient<Channel> {
+        self.client.clone()
+    }
+
+    fn producers(&self) -> MutexGuard<'_, HashMap<String, Arc<Producer>>> {
+        self.producers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn worker_id(&self) -> String {
+        self.identity.read().unwrap_or_else(PoisonError::into_inner).worker_id.clone()
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        self.identity.read().unwrap_or_else(PoisonError::into_inner).heartbeat
+    }
+
+    /// Registers (again, with the same id and the held leases, when it has one).
+    async fn register(&self) -> Result<(), Status> {
+        let request = RegisterWorkerRequest {
+            address: self.config.advertise.clone(),
+            worker_id: self.worker_id(),
+            leases: self.leases.held(),
+            pipeline: self.config.pipeline.clone(),
+            cores: self.config.cores,
+        };
+        let again = !request.worker_id.is_empty();
+        let response = self.client().register_worker(request).await?.into_inner();
+        if response.worker_id.is_empty() {
+            return Err(Status::internal("the dispatcher answered RegisterWorker with an empty worker_id"));
+        }
+        let heartbeat = match response.heartbeat_interval_ms {
+            0 => DEFAULT_HEARTBEAT,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        {
+            let mut identity = self.identity.write().unwrap_or_else(PoisonError::into_inner);
+            identity.worker_id = response.worker_id.clone();
+            identity.heartbeat = heartbeat;
+        }
+        let revoked = self.leases.revoke(&response.revoked);
+        tracing::info!(
+            worker_id = %response.worker_id,
+            address = %self.config.advertise,
+            heartbeat_ms = heartbeat.as_millis() as u64,
+            lease_duration_ms = response.lease_duration_ms,
+            revoked = revoked.len(),
+            "{} with the dispatcher",
+            if again { "registered again" } else { "registered" }
+        );
+        Ok(())
+    }
+
+    async fn register_until_done(&self) {
+        let mut backoff = Backoff::new();
+        let mut attempts = 0u32;
+        loop {
+            match self.register().await {
+                Ok(()) => return,
+                Err(status) => {
+                    attempts += 1;
+                    if attempts == 1 || attempts.is_multiple_of(50) {
+                        tracing::warn!(
+                            code = ?status.code(),
+                            "cannot register with the dispatcher (retrying): {}",
+                            status.message(),
+                        );
+                    }
+                    tokio::time::sleep(backoff.next()).await;
+                }
+            }
+        }
+    }
+
+    /// Heartbeats forever: renews the held leases, sends the metrics, applies revocations and
+    /// gone consumers, and registers again when the dispatcher forgot this worker.
+    async fn heartbeats(self: Arc<Self>) {
+        let mut sampler = Sampler::new();
+        let mut backoff = Backoff::new();
+        let mut failing = false;
+        let mut wait = self.heartbeat_interval();
+        loop {
+            tokio::time::sleep(wait).await;
+            let request = WorkerHeartbeatRequest {
+                worker_id: self.worker_id(),
+                leases: self.leases.ids(),
+                metrics: Some(self.metrics(&mut sampler)),
+            };
+            wait = match self.client().worker_heartbeat(request).await {
+                Ok(response) => {
+                    if failing {
+                        tracing::info!("the dispatcher answers heartbeats again");
+                    }
+                    failing = false;
+                    backoff.reset();
+                    self.apply(response.into_inner());
+                    self.heartbeat_interval()
+                }
+                Err(status) if status.code() == Code::NotFound => {
+                    tracing::warn!(
+                        "the dispatcher does not know this worker (it restarted?); registering again"
+                    );
+                    match self.register().await {
+                        Ok(()) => {
+                            backoff.reset();
+                            self.heartbeat_interval()
+                        }
+                        Err(status) => {
+                            tracing::warn!(
+                                code = ?status.code(),
+                                "cannot register again: {}",
+                                status.message(),
+                            );
+                            backoff.next()
+                        }
+                    }
+                }
+                Err(status) => {
+                    if !failing {
+                        tracing::warn!(
+                            code = ?status.code(),
+                            "heartbeat failed (retrying): {}",
+                            status.message(),
+                        );
+                    }
+                    failing = true;
+                    backoff.next()
+                }
+            };
+        }
+    }
+
+    fn apply(&self, response: WorkerHeartbeatResponse) {
+        let revoked = self.leases.revoke(&response.revoked);
+        for lease in &revoked {
+            tracing::info!(lease = lease.lease_id, epoch = lease.epoch, split = lease.split, "lease revoked");
+        }
+        for gone in response.gone {
+            let key =
+                ConsumerKey { pipeline: gone.pipeline, job: gone.job, consumer_index: gone.consumer_index };
+            self.queues.mark_gone(&key);
+        }
+    }
+
+    fn metrics(&self, sampler: &mut Sampler) -> WorkerMetrics {
+        let stages = self.producers().values().map(|p| p.stage_source()).collect();
+        let taken = self.queues.taken();
+        sampler.sample(Inputs {
+            elements_total: self.counters.elements.load(Ordering::Relaxed),
+            parts_total: taken.parts.load(Ordering::Relaxed),
+            bytes_total: taken.bytes.load(Ordering::Relaxed),
+            buffered: self.queues.buffered(),
+            active_leases: self.leases.len(),
+            cores: self.config.cores,
+            stages,
+        })
+    }
+
+    /// Keeps up to `leases_ahead` splits computing until `stop`.
+    async fn lease_splits(&self, stop: CancellationToken) {
+        let mut backoff = Backoff::new();
+        let ahead = self.config.leases_ahead.max(1);
+        while !stop.is_cancelled() {
+            if self.leases.producing() >= ahead {
+                tokio::select! {
+                    () = self.leases.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    () = stop.cancelled() => {}
+                }
+                continue;
+            }
+            let request = LeaseSplitRequest { worker_id: self.worker_id() };
+            let wait = match self.client().lease_split(request).await {
+                Ok(response) => {
+                    backoff.reset();
+                    let response = response.into_inner();
+                    match response.lease {
+                        Some(lease) if stop.is_cancelled() => {
+                            self.leases.insert(lease.clone());
+                            self.give_back(lease.lease_id).await;
+                            return;
+                        }
+                        Some(lease) => match self.start(lease).await {
+                            Ok(()) => continue,
+                            Err(()) => backoff.next(),
+                        },
+                        None => match response.retry_after_ms {
+                            0 => DEFAULT_RETRY,
+                            ms => Duration::from_millis(u64::from(ms).clamp(10, 5_000)),
+                        },
+                    }
+                }
+                Err(status) => {
+                    if status.code() != Code::NotFound {
+                        tracing::debug!(code = ?status.code(), "LeaseSplit failed: {}", status.message());
+                    }
+                    backoff.next()
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    }
+
+    /// Feeds a new lease to its pipeline's engine, opening the engine first when needed; gives
+    /// the lease back when it cannot.
+    async fn start(&self, lease: Lease) -> Result<(), ()> {
+        let id = lease.lease_id;
+        tracing::debug!(
+            lease = id,
+            pipeline = %lease.pipeline,
+            job = %lease.job,
+            epoch = lease.epoch,
+            split = lease.split,
+            parts = lease.parts.len(),
+            "leased a split"
+        );
+        let revoked = self.leases.insert(lease.clone());
+        let result = match self.producer_for(&lease).await {
+            Ok(producer) if lease.split >= producer.splits() as u64 => Err(StartError::NoSplit {
+                pipeline: lease.pipeline.clone(),
+                split: lease.split,
+                splits: producer.splits(),
+            }),
+            Ok(producer) => {
+                if producer.submit(lease.clone(), revoked) {
+                    Ok(())
+                } else {
+                    Err(StartError::Closed(lease.pipeline.clone()))
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::error!(
+                    lease = id,
+                    epoch = lease.epoch,
+                    split = lease.split,
+                    "cannot produce the split: {e}"
+                );
+                self.give_back(id).await;
+                Err(())
+            }
+        }
+    }
+
+    /// The engine for the lease's pipeline, at the lease's generation or newer.
+    async fn producer_for(&self, lease: &Lease) -> Result<Arc<Producer>, StartError> {
+        let existing = self.producers().get(&lease.pipeline).cloned();
+        if let Some(producer) = &existing
+            && producer.generation() >= lease.generation
+        {
+            return Ok(Arc::clone(producer));
+        }
+        let request = GetPipelineRequest { name: lease.pipeline.clone() };
+        let info = self
+            .client()
+            .get_pipeline(request)
+            .await
+            .map_err(|status| StartError::Pipeline { pipeline: lease.pipeline.clone(), status })?
+            .into_inner();
+        if let Some(producer) = existing
+            && producer.generation() >= info.generation
+        {
+            return Ok(producer);
+        }
+        let started = Instant::now();
+        let sinks = Sinks {
+            queues: Arc::clone(&self.queues),
+            counters: Arc::clone(&self.counters),
+            events: self.events.clone(),
+        };
+        let producer = Arc::new(Producer::open(&info, self.config.engine, sinks).await?);
+        tracing::info!(
+            pipeline = %info.name,
+            generation = info.generation,
+            splits = producer.splits(),
+            seconds = started.elapsed().as_secs_f64(),
+            "engine ready"
+        );
+        // A replaced engine finishes the splits it was fed, then ends.
+        self.producers().insert(lease.pipeline.clone(), Arc::clone(&producer));
+        Ok(producer)
+    }
+
+    /// Stops holding `id` and gives it back to the dispatcher (best effort: an unreturned lease
+    /// expires).
+    async fn give_back(&self, id: u64) {
+        self.leases.produced(id);
+        if self.leases.release(id).is_none() {
+            return;
+        }
+        let request = ReturnLeaseRequest { worker_id: self.worker_id(), lease_id: id };
+        if let Err(status) = self.client().return_lease(request).await {
+            tracing::warn!(
+                lease = id,
+                code = ?status.code(),
+                "cannot return the lease (it will expire): {}",
+                status.message(),
+            );
+        }
+    }
+
+    async fn handle_events(self: Arc<Self>, mut events: mpsc::UnboundedReceiver<Event>) {
+        let mut completions = JoinSet::new();
+        loop {
+            tokio::select! {
+                event = events.recv() => {
+                    let Some(event) = event else { return };
+                    self.handle(event, &mut completions);
+                }
+                Some(_) = completions.join_next(), if !completions.is_empty() => {}
+            }
+        }
+    }
+
+    fn handle(self: &Arc<Self>, event: Event, completions: &mut JoinSet<()>) {
+        match event {
+            Event::Produced { lease_id, elements, delivered } => {
+                self.leases.produced(lease_id);
+                let agent = Arc::clone(self);
+                completions.spawn(async move { agent.complete(lease_id, elements, delivered).await });
+            }
+            Event::Abandoned { lease_id } => self.leases.produced(lease_id),
+            Event::Failed { pipeline, generation, leases, error } => {
+                tracing::error!(%pipeline, generation, leases = leases.len(), "the engine failed: {error}");
+                {
+                    let mut producers = self.producers();
+                    if producers.get(&pipeline).is_some_and(|p| p.generation() == generation) {
+                        producers.remove(&pipeline);
+                    }
+                }
+                for id in leases {
+                    let agent = Arc::clone(self);
+                    completions.spawn(async move { agent.give_back(id).await });
+                }
+            }
+        }
+    }
+
+    /// Once the split's ends were taken by every consumer stream, tells the dispatcher.
+    async fn complete(&self, id: u64, elements: u64, delivered: Delivered) {
+        delivered.wait().await;
+        let mut backoff = Backoff::new();
+        let mut not_found = 0;
+        loop {
+            let Some(lease) = self.leases.get(id) else {
+                return; // revoked or returned meanwhile
+            };
+            let request = CompleteSplitRequest {
+                worker_id: self.worker_id(),
+                lease_id: id,
+                pipeline: lease.pipeline.clone(),
+                job: lease.job.clone(),
+                epoch: lease.epoch,
+                split: lease.split,
+                elements,
+            };
+            match self.client().complete_split(request).await {
+                Ok(_) => {
+                    self.leases.release(id);
+                    tracing::debug!(
+                        lease = id,
+                        epoch = lease.epoch,
+                        split = lease.split,
+                        elements,
+                        "split complete"
+                    );
+                    return;
+                }
+                Err(status)
+                    if retryable(&status)
+                        || (status.code() == Code::NotFound && not_found < COMPLETE_NOT_FOUND_ATTEMPTS) =>
+                {
+                    if status.code() == Code::NotFound {
+                        not_found += 1;
+                    }
+                    tracing::debug!(
+                        lease = id,
+                        code = ?status.code(),
+                        "CompleteSplit failed (retrying): {}",
+                        status.message(),
+                    );
+                    tokio::time::sleep(backoff.next()).await;
+                }
+                Err(status) => {
+                    tracing::warn!(
+                        lease = id,
+                        split = lease.split,
+                        code = ?status.code(),
+                        "CompleteSplit refused: {}",
+                        status.message(),
+                    );
+                    self.leases.release(id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits up to the drain timeout for the held leases to complete, then returns the rest.
+    async fn drain(&self) {
+        let held = self.leases.len();
+        if held > 0 {
+            tracing::info!(
+                leases = held,
+                timeout_s = self.config.drain_timeout.as_secs_f64(),
+                "finishing the held leases"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
+        while !self.leases.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                () = self.leases.changed() => {}
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+        let rest = self.leases.revoke(&self.leases.ids());
+        if !rest.is_empty() {
+            tracing::warn!(leases = rest.len(), "drain timed out; returning the unfinished leases");
+        }
+        for lease in rest {
+            self.leases.produced(lease.lease_id);
+            let request = ReturnLeaseRequest { worker_id: self.worker_id(), lease_id: lease.lease_id };
+            if let Err(status) = self.client().return_lease(request).await {
+                tracing::warn!(
+                    lease = lease.lease_id,
+                    code = ?status.code(),
+                    "cannot return the lease: {}",
+                    status.message(),
+                );
+            }
+        }
+    }
+}
+
+/// Failures worth retrying: the dispatcher is unreachable, restarting or overloaded.
+fn retryable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Unknown
+            | Code::Cancelled
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}

@@ -1,0 +1,194 @@
+//! The figures a worker sends with each heartbeat: rates over the last interval, per-stage
+//! compute time, buffer depth and CPU use.
+
+use crate::executor::StageTimes;
+use granary_proto::v1::{StageTime, WorkerMetrics};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+/// Counters the producers bump.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Elements produced by the executors.
+    pub elements: AtomicU64,
+}
+
+/// One engine's stage timers.
+pub struct StageSource {
+    /// Identifies the engine across samples (`pipeline@generation`).
+    pub engine: String,
+    /// Stage names, in plan order.
+    pub names: Vec<String>,
+    /// The execution's timers.
+    pub times: Arc<StageTimes>,
+}
+
+/// Everything a sample reads.
+pub struct Inputs {
+    /// Elements produced so far.
+    pub elements_total: u64,
+    /// Parts taken by consumer streams so far.
+    pub parts_total: u64,
+    /// Payload bytes taken by consumer streams so far.
+    pub bytes_total: u64,
+    /// Parts queued, and the queues' capacity.
+    pub buffered: (usize, usize),
+    /// Leases held.
+    pub active_leases: usize,
+    /// Cores the worker computes with.
+    pub cores: u32,
+    /// The running engines' stage timers.
+    pub stages: Vec<StageSource>,
+}
+
+/// Turns running totals into per-interval rates.
+pub struct Sampler {
+    at: Instant,
+    elements: u64,
+    parts: u64,
+    bytes: u64,
+    cpu: Option<Duration>,
+    /// Per engine: stage nanoseconds and elements at the last sample.
+    stages: HashMap<String, (Vec<u64>, u64)>,
+}
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Sampler::new()
+    }
+}
+
+impl Sampler {
+    /// A sampler whose first interval starts now.
+    pub fn new() -> Sampler {
+        Sampler {
+            at: Instant::now(),
+            elements: 0,
+            parts: 0,
+            bytes: 0,
+            cpu: cpu_time(),
+            stages: HashMap::new(),
+        }
+    }
+
+    /// The metrics since the previous sample.
+    pub fn sample(&mut self, inputs: Inputs) -> WorkerMetrics {
+        let now = Instant::now();
+        let seconds = now.duration_since(self.at).as_secs_f64().max(1e-6);
+        let rate = |now: u64, before: u64| now.saturating_sub(before) as f64 / seconds;
+        let cpu = cpu_time();
+        let cpu_cores_used = match (cpu, self.cpu) {
+            (Some(now), Some(before)) => now.saturating_sub(before).as_secs_f64() / seconds,
+            _ => 0.0,
+        };
+        let metrics = WorkerMetrics {
+            elements_per_second: rate(inputs.elements_total, self.elements),
+            batches_per_second: rate(inputs.parts_total, self.parts),
+            bytes_per_second: rate(inputs.bytes_total, self.bytes),
+            stages: self.stage_times(&inputs.stages),
+            buffered_parts: saturate(inputs.buffered.0),
+            buffer_capacity: saturate(inputs.buffered.1),
+            active_leases: saturate(inputs.active_leases),
+            cpu_cores_used,
+            cores: inputs.cores,
+            elements_total: inputs.elements_total,
+        };
+        self.at = now;
+        self.elements = inputs.elements_total;
+        self.parts = inputs.parts_total;
+        self.bytes = inputs.bytes_total;
+        self.cpu = cpu;
+        metrics
+    }
+
+    /// Mean seconds per element of each stage over the interval, engines with the same stage
+    /// names together; stages that computed nothing in the interval are left out.
+    fn stage_times(&mut self, sources: &[StageSource]) -> Vec<StageTime> {
+        let mut order: Vec<String> = Vec::new();
+        let mut sums: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut seen = HashMap::new();
+        for source in sources {
+            let (nanos, elements) = source.times.totals();
+            let (before, elements_before) =
+                self.stages.get(&source.engine).cloned().unwrap_or_else(|| (vec![0; nanos.len()], 0));
+            let delta_elements = elements.saturating_sub(elements_before);
+            if delta_elements > 0 {
+                for (i, name) in source.names.iter().enumerate() {
+                    let now = nanos.get(i).copied().unwrap_or(0);
+                    let then = before.get(i).copied().unwrap_or(0);
+                    let sum = sums.entry(name.clone()).or_insert_with(|| {
+                        order.push(name.clone());
+                        (0, 0)
+                    });
+                    sum.0 += now.saturating_sub(then);
+                    sum.1 += delta_elements;
+                }
+            }
+            seen.insert(source.engine.clone(), (nanos, elements));
+        }
+        self.stages = seen;
+        order
+            .into_iter()
+            .filter_map(|stage| {
+                let (nanos, elements) = sums.get(&stage).copied()?;
+                Some(StageTime { seconds_per_element: nanos as f64 / 1e9 / elements as f64, stage })
+            })
+            .collect()
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// CPU time (user and system) this process used so far.
+fn cpu_time() -> Option<Duration> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to one.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: getrusage succeeded, so it initialized the struct (which was zeroed anyway).
+    let usage = unsafe { usage.assume_init() };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Some(time(usage.ru_utime) + time(usage.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(elements: u64, parts: u64, bytes: u64) -> Inputs {
+        Inputs {
+            elements_total: elements,
+            parts_total: parts,
+            bytes_total: bytes,
+            buffered: (3, 8),
+            active_leases: 2,
+            cores: 4,
+            stages: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rates_are_per_interval() {
+        let mut sampler = Sampler::new();
+        std::thread::sleep(Duration::from_millis(50));
+        let first = sampler.sample(inputs(100, 10, 1000));
+        assert!(first.elements_per_second > 0.0);
+        assert_eq!((first.buffered_parts, first.buffer_capacity, first.active_leases), (3, 8, 2));
+        assert_eq!(first.elements_total, 100);
+        assert_eq!(first.cores, 4);
+        std::thread::sleep(Duration::from_millis(20));
+        let second = sampler.sample(inputs(100, 10, 1000));
+        assert_eq!(second.elements_per_second, 0.0);
+        assert_eq!(second.bytes_per_second, 0.0);
+        assert!(second.cpu_cores_used >= 0.0);
+        assert!(cpu_time().is_some());
+    }
+}

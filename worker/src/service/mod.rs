@@ -1,0 +1,196 @@
+//! The worker process of the distributed data plane (see `docs/data-plane.md`).
+//!
+//! A worker serves the `Worker` gRPC service (`StreamBatches`) and, beside it, talks to the
+//! dispatcher: it registers, heartbeats (renewing its leases and sending its metrics), leases
+//! splits, runs each pipeline's engine on them, cuts the batches into the parts of each lease,
+//! queues every part for its consumers with backpressure, and completes the split once its
+//! consumers took it. On shutdown it drains: it stops leasing, finishes the leases it holds (up
+//! to a timeout), returns the rest, and exits.
+//!
+//! - `agent`: registration, heartbeats, leases (`leases`), completion, drain;
+//! - `producer`: one engine per pipeline generation, on its own thread;
+//! - [`router`]: cutting a split's batches into lease parts;
+//! - [`queues`]: the per-consumer queues behind the streams;
+//! - [`server`]: the gRPC service;
+//! - `metrics`: the figures sent with each heartbeat.
+
+mod agent;
+mod leases;
+mod metrics;
+mod producer;
+pub mod queues;
+pub mod router;
+pub mod server;
+
+use crate::engine::EngineOptions;
+use granary_proto::MAX_MESSAGE_BYTES;
+use granary_proto::v1::dispatcher_client::DispatcherClient;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::transport::{Channel, Endpoint};
+
+/// Parts each consumer queue holds before producing waits.
+const QUEUE_CAPACITY: usize = 4;
+/// How long the gRPC server may take to close its connections after the drain.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings of a worker process.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Dispatcher address: `host:port` or `http://host:port`.
+    pub dispatcher: String,
+    /// Address to listen on for consumer streams; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Address consumers should connect to (`host:port`); by default the bound address.
+    pub advertise: Option<String>,
+    /// Serve only this pipeline; `None` serves any.
+    pub pipeline: Option<String>,
+    /// Engine settings (compute threads, prefetch budget).
+    pub engine: EngineOptions,
+    /// How long a drain waits for held leases before returning them.
+    pub drain_timeout: Duration,
+    /// Splits leased and computing at once, at most (at least 1).
+    pub leases_ahead: usize,
+}
+
+impl WorkerConfig {
+    /// Defaults for a worker of the dispatcher at `dispatcher`: listens on `127.0.0.1:0`,
+    /// advertises the bound address, serves any pipeline, drains for 20 s, two leases ahead.
+    pub fn new(dispatcher: impl Into<String>) -> WorkerConfig {
+        WorkerConfig {
+            dispatcher: dispatcher.into(),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            advertise: None,
+            pipeline: None,
+            engine: EngineOptions::default(),
+            drain_timeout: Duration::from_secs(20),
+            leases_ahead: 2,
+        }
+    }
+}
+
+/// Why a worker could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The dispatcher address is not a valid URI.
+    #[error("invalid dispatcher address `{address}`: {message}")]
+    Dispatcher {
+        /// The address given.
+        address: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The gRPC server failed.
+    #[error("the worker's gRPC server failed: {0}")]
+    Server(#[from] tonic::transport::Error),
+}
+
+/// A worker whose listener is bound, ready to [`run`](WorkerService::run).
+pub struct WorkerService {
+    config: WorkerConfig,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    advertise: String,
+}
+
+impl WorkerService {
+    /// Binds the listen address.
+    pub async fn bind(config: WorkerConfig) -> Result<WorkerService, ServiceError> {
+        let bind_error = |source| ServiceError::Bind { addr: config.listen, source };
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+        let advertise = match &config.advertise {
+            Some(address) => address.clone(),
+            None if local_addr.ip().is_unspecified() => {
+                let address = SocketAddr::from((Ipv4Addr::LOCALHOST, local_addr.port())).to_string();
+                tracing::warn!(
+                    listen = %local_addr,
+                    "listening on every interface without --advertise; advertising {address}, which only \
+                     local consumers can reach"
+                );
+                address
+            }
+            None => local_addr.to_string(),
+        };
+        Ok(WorkerService { config, listener, local_addr, advertise })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address registered with the dispatcher.
+    pub fn advertised(&self) -> &str {
+        &self.advertise
+    }
+
+    /// Serves streams and works for the dispatcher until `shutdown` completes, then drains.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
+        let WorkerService { config, listener, local_addr, advertise } = self;
+        let client = connect(&config.dispatcher)?;
+        let queues = Arc::new(queues::Queues::new(QUEUE_CAPACITY));
+        let (stop_server, server_stopped) = oneshot::channel();
+        let api = server::WorkerApi::new(Arc::clone(&queues), config.pipeline.clone());
+        let server = server::spawn(listener, api, server_stopped);
+        tracing::info!(
+            listen = %local_addr,
+            advertise = %advertise,
+            dispatcher = %config.dispatcher,
+            "worker serving",
+        );
+        let agent_config = agent::AgentConfig {
+            advertise,
+            pipeline: config.pipeline.clone().unwrap_or_default(),
+            cores: u32::try_from(config.engine.threads.max(1)).unwrap_or(u32::MAX),
+            engine: config.engine,
+            leases_ahead: config.leases_ahead.max(1),
+            drain_timeout: config.drain_timeout,
+        };
+        let (agent, events) = agent::Agent::new(agent_config, client, Arc::clone(&queues));
+        agent.run(events, shutdown).await;
+        // Every stream ends, so that the server can close its connections.
+        queues.close();
+        let _ = stop_server.send(());
+        match tokio::time::timeout(SERVER_STOP_TIMEOUT, server).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(e)) => tracing::error!("the gRPC server task failed: {e}"),
+            Err(_) => tracing::warn!("the gRPC server did not stop in time"),
+        }
+        tracing::info!("worker stopped");
+        Ok(())
+    }
+}
+
+/// Runs a worker: binds `config.listen`, serves the `Worker` service there, registers with the
+/// dispatcher and works for it until `shutdown` completes, then drains and returns.
+pub async fn serve(config: WorkerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
+    WorkerService::bind(config).await?.run(shutdown).await
+}
+
+/// A lazily connected dispatcher client: calls made while the dispatcher is down fail fast and
+/// later calls reconnect.
+fn connect(address: &str) -> Result<DispatcherClient<Channel>, ServiceError> {
+    let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| ServiceError::Dispatcher { address: address.to_string(), message: e.to_string() })?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    Ok(DispatcherClient::new(endpoint.connect_lazy())
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}

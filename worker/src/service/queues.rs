@@ -1,0 +1,459 @@
+//! Per-consumer queues between the producers and the `StreamBatches` streams.
+//!
+//! Each consumer `(pipeline, job, consumer_index)` has one bounded queue of batch parts (and the
+//! `SplitEnd` markers that follow a split's parts). A producer pushing into a full queue waits,
+//! which holds the executor back (backpressure). A queue outlives its streams: a new stream for
+//! the same consumer replaces the previous one and drains what is left. When the dispatcher
+//! reports a consumer gone, its queue is emptied and everything routed to it is dropped until a
+//! new stream for it arrives, so a consumer that never reads cannot hold a worker forever.
+
+use futures::Stream;
+use granary_proto::v1::{BatchPart, SplitEnd, StreamMessage, stream_message};
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+
+/// How often a producer waiting on a full queue checks whether its lease was revoked.
+const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+/// One consumer of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConsumerKey {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Job name.
+    pub job: String,
+    /// Index of the consumer in its job.
+    pub consumer_index: u32,
+}
+
+impl std::fmt::Display for ConsumerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}#{}", self.pipeline, self.job, self.consumer_index)
+    }
+}
+
+/// Held by queued messages; [`Delivered::wait`] returns once every token is gone, i.e. once every
+/// message carrying one was taken by a stream or dropped.
+#[derive(Clone, Debug)]
+pub struct DeliveryToken(#[allow(dead_code)] mpsc::Sender<()>);
+
+/// The waiting side of [`DeliveryToken`]s.
+#[derive(Debug)]
+pub struct Delivered(mpsc::Receiver<()>);
+
+impl Delivered {
+    /// Waits until every token was dropped.
+    pub async fn wait(mut self) {
+        while self.0.recv().await.is_some() {}
+    }
+}
+
+/// A token and the handle that waits for it and all its clones to be dropped.
+pub fn delivery() -> (DeliveryToken, Delivered) {
+    let (tx, rx) = mpsc::channel(1);
+    (DeliveryToken(tx), Delivered(rx))
+}
+
+/// What happened to a pushed part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued for the consumer.
+    Queued,
+    /// Dropped: the consumer is gone.
+    Gone,
+    /// Dropped: the queues are closed (the worker is stopping).
+    Closed,
+    /// Not queued: the caller cancelled while waiting for room.
+    Cancelled,
+}
+
+/// One queued message.
+struct Entry {
+    message: StreamMessage,
+    /// Payload bytes (tensor data) of a part; `None` for a `SplitEnd`.
+    part_bytes: Option<usize>,
+    _token: Option<DeliveryToken>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: VecDeque<Entry>,
+    /// Parts among `entries` (a `SplitEnd` takes no room).
+    parts: usize,
+    /// The stream allowed to drain the queue; 0 when none.
+    stream: u64,
+    /// The dispatcher reported the consumer gone and no stream came since.
+    gone: bool,
+    closed: bool,
+}
+
+impl State {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.parts = 0;
+    }
+}
+
+/// One consumer's queue.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<State>,
+    /// Producers waiting for room.
+    room: Condvar,
+    /// Streams waiting for a message (or for being replaced).
+    ready: Notify,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Totals of what streams took, for the metrics.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Parts taken by streams.
+    pub parts: AtomicU64,
+    /// Payload bytes of those parts.
+    pub bytes: AtomicU64,
+}
+
+/// Every consumer's queue.
+pub struct Queues {
+    queues: Mutex<HashMap<ConsumerKey, Arc<Queue>>>,
+    capacity: usize,
+    next_stream: AtomicU64,
+    closed: AtomicBool,
+    taken: Arc<Taken>,
+}
+
+/// The messages of one `StreamBatches` call.
+pub type ConsumerStream = Pin<Box<dyn Stream<Item = Result<StreamMessage, tonic::Status>> + Send>>;
+
+impl Queues {
+    /// Queues holding up to `capacity` parts each (at least 1).
+    pub fn new(capacity: usize) -> Queues {
+        Queues {
+            queues: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+            next_stream: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            taken: Arc::new(Taken::default()),
+        }
+    }
+
+    /// Parts each queue holds before pushing waits.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// What streams took so far.
+    pub fn taken(&self) -> &Taken {
+        &self.taken
+    }
+
+    fn queue(&self, key: &ConsumerKey) -> Arc<Queue> {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(q) = queues.get(key) {
+            return Arc::clone(q);
+        }
+        let q = Arc::new(Queue::default());
+        if self.closed.load(Ordering::Acquire) {
+            q.lock().closed = true;
+        }
+        queues.insert(key.clone(), Arc::clone(&q));
+        q
+    }
+
+    fn all(&self) -> Vec<Arc<Queue>> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
+    }
+
+    /// Queues `part` for `key`, waiting while the queue is full. Blocks the calling thread: call
+    /// it from a producer thread, not from the async runtime. Gives up when `cancel` is set.
+    pub fn push_part(&self, key: &ConsumerKey, part: BatchPart, cancel: &AtomicBool) -> Pushed {
+        let bytes = part.tensors.iter().map(|t| t.data.len()).sum();
+        let queue = self.queue(key);
+        let mut state = queue.lock();
+        loop {
+            if state.closed {
+                return Pushed::Closed;
+            }
+            if state.gone {
+                return Pushed::Gone;
+            }
+            if cancel.load(Ordering::Acquire) {
+                return Pushed::Cancelled;
+            }
+            if state.parts < self.capacity {
+                state.entries.push_back(Entry {
+                    message: StreamMessage { kind: Some(stream_message::Kind::Part(part)) },
+                    part_bytes: Some(bytes),
+                    _token: None,
+                });
+                state.parts += 1;
+                drop(state);
+                queue.ready.notify_waiters();
+                return Pushed::Queued;
+            }
+            state = queue.room.wait_timeout(state, CANCEL_POLL).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Queues the end of a split for `key` (never waits). `token` is dropped once the message was
+    /// taken by a stream or dropped with the queue's contents.
+    pub fn push_end(&self, key: &ConsumerKey, end: SplitEnd, token: DeliveryToken) -> Pushed {
+        let queue = self.queue(key);
+        let mut state = queue.lock();
+        if state.closed {
+            return Pushed::Closed;
+        }
+        if state.gone {
+            return Pushed::Gone;
+        }
+        state.entries.push_back(Entry {
+            message: StreamMessage { kind: Some(stream_message::Kind::SplitEnd(end)) },
+            part_bytes: None,
+            _token: Some(token),
+        });
+        drop(state);
+        queue.ready.notify_waiters();
+        Pushed::Queued
+    }
+
+    /// Starts a stream of `key`'s messages; the previous stream of that consumer ends, and a
+    /// consumer reported gone is taken back.
+    pub fn open_stream(&self, key: &ConsumerKey) -> ConsumerStream {
+        let queue = self.queue(key);
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut state = queue.lock();
+            state.stream = id;
+            state.gone = false;
+        }
+        // Wake the previous stream so that it sees it was replaced.
+        queue.ready.notify_waiters();
+        let taken = Arc::clone(&self.taken);
+        Box::pin(futures::stream::unfold((queue, id, taken), |(queue, id, taken)| async move {
+            let message = next_message(&queue, id, &taken).await?;
+            Some((Ok(message), (queue, id, taken)))
+        }))
+    }
+
+    /// Drops everything queued for `key` and everything routed to it until a new stream for it
+    /// arrives; ends its current stream.
+    pub fn mark_gone(&self, key: &ConsumerKey) {
+        let queue = self.queue(key);
+        let dropped = {
+            let mut state = queue.lock();
+            let dropped = state.parts;
+            state.gone = true;
+            state.stream = 0;
+            state.clear();
+            dropped
+        };
+        if dropped > 0 {
+            tracing::info!(consumer = %key, parts = dropped, "consumer gone; dropped its queued parts");
+        }
+        queue.room.notify_all();
+        queue.ready.notify_waiters();
+    }
+
+    /// Ends every stream and drops everything queued or pushed from now on.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for queue in self.all() {
+            {
+                let mut state = queue.lock();
+                state.closed = true;
+                state.clear();
+            }
+            queue.room.notify_all();
+            queue.ready.notify_waiters();
+        }
+    }
+
+    /// Parts queued, all queues together, and their capacity.
+    pub fn buffered(&self) -> (usize, usize) {
+        let queues = self.all();
+        let parts = queues.iter().map(|q| q.lock().parts).sum();
+        (parts, queues.len() * self.capacity)
+    }
+}
+
+/// The next message for stream `id`, or `None` once the stream was replaced or the queues closed.
+async fn next_message(queue: &Queue, id: u64, taken: &Taken) -> Option<StreamMessage> {
+    loop {
+        let notified = queue.ready.notified();
+        tokio::pin!(notified);
+        // Register before looking, so that a push between the look and the wait is not missed.
+        notified.as_mut().enable();
+        {
+            let mut state = queue.lock();
+            if state.closed || state.stream != id {
+                return None;
+            }
+            if let Some(entry) = state.entries.pop_front() {
+                if let Some(bytes) = entry.part_bytes {
+                    state.parts -= 1;
+                    taken.parts.fetch_add(1, Ordering::Relaxed);
+                    taken.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                }
+                drop(state);
+                queue.room.notify_all();
+                return Some(entry.message);
+            }
+        }
+        notified.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use granary_proto::v1::Tensor;
+
+    fn key(i: u32) -> ConsumerKey {
+        ConsumerKey { pipeline: "p".into(), job: "j".into(), consumer_index: i }
+    }
+
+    fn part(lo: u64) -> BatchPart {
+        BatchPart {
+            epoch: 0,
+            split: 1,
+            lo,
+            hi: lo + 1,
+            slot: lo,
+            keys: vec![format!("k{lo}")],
+            tensors: vec![Tensor {
+                name: "x".into(),
+                dtype: "uint8".into(),
+                shape: vec![1, 3],
+                data: bytes::Bytes::from_static(&[1, 2, 3]),
+            }],
+        }
+    }
+
+    fn lo_of(message: &StreamMessage) -> Option<u64> {
+        match &message.kind {
+            Some(stream_message::Kind::Part(p)) => Some(p.lo),
+            _ => None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_queue_waits_until_a_stream_takes() {
+        let queues = Arc::new(Queues::new(2));
+        let pusher = {
+            let queues = Arc::clone(&queues);
+            std::thread::spawn(move || {
+                let never = AtomicBool::new(false);
+                (0..5).map(|lo| queues.push_part(&key(0), part(lo), &never)).collect::<Vec<_>>()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(queues.buffered(), (2, 2), "the pusher waits behind a full queue");
+        assert!(!pusher.is_finished());
+        let mut stream = queues.open_stream(&key(0));
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            let message = stream.next().await.unwrap().unwrap();
+            got.push(lo_of(&message).unwrap());
+        }
+        assert_eq!(got, vec![0, 1, 2, 3, 4], "in order");
+        assert_eq!(pusher.join().unwrap(), vec![Pushed::Queued; 5]);
+        assert_eq!(queues.taken().parts.load(Ordering::Relaxed), 5);
+        assert_eq!(queues.taken().bytes.load(Ordering::Relaxed), 15);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_stream_replaces_the_old_one_and_keeps_the_queue() {
+        let queues = Queues::new(4);
+        let never = AtomicBool::new(false);
+        let mut first = queues.open_stream(&key(0));
+        queues.push_part(&key(0), part(0), &never);
+        assert_eq!(lo_of(&first.next().await.unwrap().unwrap()), Some(0));
+        queues.push_part(&key(0), part(1), &never);
+        let mut second = queues.open_stream(&key(0));
+        assert!(first.next().await.is_none(), "the replaced stream ends");
+        assert_eq!(lo_of(&second.next().await.unwrap().unwrap()), Some(1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gone_consumers_release_waiting_producers_and_drop_parts() {
+        let queues = Arc::new(Queues::new(1));
+        let pusher = {
+            let queues = Arc::clone(&queues);
+            std::thread::spawn(move || {
+                let never = AtomicBool::new(false);
+                (0..3).map(|lo| queues.push_part(&key(3), part(lo), &never)).collect::<Vec<_>>()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        queues.mark_gone(&key(3));
+        assert_eq!(pusher.join().unwrap(), vec![Pushed::Queued, Pushed::Gone, Pushed::Gone]);
+        assert_eq!(queues.buffered().0, 0);
+        let (token, delivered) = delivery();
+        assert_eq!(queues.push_end(&key(3), SplitEnd { epoch: 0, split: 1 }, token), Pushed::Gone);
+        tokio::time::timeout(Duration::from_secs(1), delivered.wait()).await.unwrap();
+        // A new stream takes the consumer back.
+        let mut stream = queues.open_stream(&key(3));
+        let never = AtomicBool::new(false);
+        assert_eq!(queues.push_part(&key(3), part(7), &never), Pushed::Queued);
+        assert_eq!(lo_of(&stream.next().await.unwrap().unwrap()), Some(7));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancel_releases_a_waiting_producer() {
+        let queues = Arc::new(Queues::new(1));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let pusher = {
+            let (queues, cancel) = (Arc::clone(&queues), Arc::clone(&cancel));
+            std::thread::spawn(move || {
+                (0..2).map(|lo| queues.push_part(&key(0), part(lo), &cancel)).collect()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        cancel.store(true, Ordering::Release);
+        let pushed: Vec<Pushed> = pusher.join().unwrap();
+        assert_eq!(pushed, vec![Pushed::Queued, Pushed::Cancelled]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn split_end_is_delivered_once_taken() {
+        let queues = Queues::new(2);
+        let never = AtomicBool::new(false);
+        queues.push_part(&key(0), part(0), &never);
+        let (token, delivered) = delivery();
+        queues.push_end(&key(0), SplitEnd { epoch: 0, split: 1 }, token.clone());
+        queues.push_end(&key(1), SplitEnd { epoch: 0, split: 1 }, token);
+        let waiting = tokio::spawn(delivered.wait());
+        let mut a = queues.open_stream(&key(0));
+        let mut b = queues.open_stream(&key(1));
+        a.next().await.unwrap().unwrap();
+        a.next().await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "consumer 1 has not taken its end yet");
+        let end = b.next().await.unwrap().unwrap();
+        assert!(matches!(end.kind, Some(stream_message::Kind::SplitEnd(_))));
+        tokio::time::timeout(Duration::from_secs(1), waiting).await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn close_ends_streams() {
+        let queues = Queues::new(2);
+        let mut stream = queues.open_stream(&key(0));
+        let next = tokio::spawn(async move { stream.next().await.is_none() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        queues.close();
+        assert!(tokio::time::timeout(Duration::from_secs(1), next).await.unwrap().unwrap());
+        let never = AtomicBool::new(false);
+        assert_eq!(queues.push_part(&key(0), part(0), &never), Pushed::Closed);
+    }
+}
