@@ -1,0 +1,282 @@
+//! Batches as the trainer receives them, and how they are put together from batch parts.
+
+use bytes::{Bytes, BytesMut};
+use granary_proto::v1::BatchPart;
+
+/// A stacked field of a batch. The leading axis is the batch's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    /// Field name.
+    pub name: String,
+    /// `uint8`, `int32`, `int64`, `float32` or `float64`.
+    pub dtype: String,
+    /// Dimensions, leading axis first.
+    pub shape: Vec<usize>,
+    /// Row-major little-endian values.
+    pub data: Bytes,
+}
+
+/// One batch of a consumer's epoch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// The epoch it belongs to.
+    pub epoch: u32,
+    /// Its slot in the consumer's epoch plan.
+    pub slot: u64,
+    /// Element keys, in row order.
+    pub keys: Vec<String>,
+    /// The stacked fields.
+    pub tensors: Vec<Tensor>,
+}
+
+impl Batch {
+    /// Rows in the batch (the tensors' leading axis, else the number of keys).
+    pub fn len(&self) -> usize {
+        match self.tensors.first().and_then(|tensor| tensor.shape.first()) {
+            Some(&rows) => rows,
+            None => self.keys.len(),
+        }
+    }
+
+    /// Whether the batch has no rows (the last round of an epoch may hold empty batches).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tensor called `name`.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.iter().find(|tensor| tensor.name == name)
+    }
+
+    /// Joins the parts of a slot, given in plan order, along the leading axis. A single part is
+    /// used as is, without copying its data.
+    pub(crate) fn from_parts(epoch: u32, slot: u64, parts: Vec<BatchPart>) -> Result<Batch, String> {
+        let mut parts: Vec<BatchPart> = if parts.len() > 1 {
+            // Empty parts carry nothing, and may carry no tensors at all.
+            let (full, empty): (Vec<_>, Vec<_>) = parts.into_iter().partition(|part| part.hi > part.lo);
+            if full.is_empty() { empty.into_iter().take(1).collect() } else { full }
+        } else {
+            parts
+        };
+        if parts.len() <= 1 {
+            let (keys, tensors) = match parts.pop() {
+                Some(part) => (part.keys, tensors_of(part.tensors)?),
+                None => (Vec::new(), Vec::new()),
+            };
+            return Ok(Batch { epoch, slot, keys, tensors });
+        }
+        let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
+        let first = &parts[0];
+        let mut tensors = Vec::with_capacity(first.tensors.len());
+        for (index, head) in first.tensors.iter().enumerate() {
+            let trailing = head.shape.get(1..).unwrap_or_default();
+            let mut rows = 0u64;
+            let mut bytes = 0usize;
+            for part in &parts {
+                let Some(tensor) = part.tensors.get(index) else {
+                    return Err(format!(
+                        "part at {}..{} of split {} has {} tensors, the first part has {}",
+                        part.lo,
+                        part.hi,
+                        part.split,
+                        part.tensors.len(),
+                        first.tensors.len()
+                    ));
+                };
+                if tensor.name != head.name || tensor.dtype != head.dtype {
+                    return Err(format!(
+                        "tensor {index} is `{}` ({}) in one part and `{}` ({}) in another",
+                        head.name, head.dtype, tensor.name, tensor.dtype
+                    ));
+                }
+                if tensor.shape.get(1..).unwrap_or_default() != trailing {
+                    return Err(format!(
+                        "tensor `{}` has shape {:?} in one part and {:?} in another",
+                        head.name, head.shape, tensor.shape
+                    ));
+                }
+                rows += tensor.shape.first().copied().unwrap_or_default();
+                bytes += tensor.data.len();
+            }
+            let mut data = BytesMut::with_capacity(bytes);
+            for part in &parts {
+                data.extend_from_slice(&part.tensors[index].data);
+            }
+            let shape = std::iter::once(rows).chain(trailing.iter().copied()).collect::<Vec<_>>();
+            tensors.push(Tensor {
+                name: head.name.clone(),
+                dtype: head.dtype.clone(),
+                shape: dimensions(&shape)?,
+                data: data.freeze(),
+            });
+        }
+        if let Some(part) = parts.iter().find(|part| part.tensors.len() != first.tensors.len()) {
+            return Err(format!(
+                "part at {}..{} of split {} has {} tensors, the first part has {}",
+                part.lo,
+                part.hi,
+                part.split,
+                part.tensors.len(),
+                first.tensors.len()
+            ));
+        }
+        Ok(Batch { epoch, slot, keys, tensors })
+    }
+}
+
+/// Checks that every tensor of `part` has `hi - lo` rows and a payload that splits into them.
+pub(crate) fn check_part(part: &BatchPart) -> Result<(), String> {
+    let rows = part.hi.saturating_sub(part.lo);
+    for tensor in &part.tensors {
+        if tensor.shape.first() != Some(&rows) {
+            return Err(format!(
+                "tensor `{}` of the part at {}..{} of split {} has shape {:?}, expected {rows} rows",
+                tensor.name, part.lo, part.hi, part.split, tensor.shape
+            ));
+        }
+        let elements = tensor.shape.iter().try_fold(1u64, |total, &dimension| total.checked_mul(dimension));
+        let bytes = tensor.data.len() as u64;
+        let matches = match (elements, dtype_bytes(&tensor.dtype)) {
+            (Some(elements), Some(size)) => elements.checked_mul(size) == Some(bytes),
+            (Some(0), None) => bytes == 0,
+            (Some(elements), None) => bytes.is_multiple_of(elements),
+            (None, _) => false,
+        };
+        if !matches {
+            return Err(format!(
+                "tensor `{}` of the part at {}..{} of split {} has {} bytes for shape {:?}",
+                tensor.name,
+                part.lo,
+                part.hi,
+                part.split,
+                tensor.data.len(),
+                tensor.shape
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes per value of the dtypes workers send; `None` for others.
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    match dtype {
+        "uint8" | "int8" | "bool" => Some(1),
+        "int16" | "uint16" | "float16" | "bfloat16" => Some(2),
+        "int32" | "uint32" | "float32" => Some(4),
+        "int64" | "uint64" | "float64" => Some(8),
+        _ => None,
+    }
+}
+
+fn tensors_of(tensors: Vec<granary_proto::v1::Tensor>) -> Result<Vec<Tensor>, String> {
+    tensors
+        .into_iter()
+        .map(|tensor| {
+            Ok(Tensor {
+                shape: dimensions(&tensor.shape)?,
+                name: tensor.name,
+                dtype: tensor.dtype,
+                data: tensor.data,
+            })
+        })
+        .collect()
+}
+
+fn dimensions(shape: &[u64]) -> Result<Vec<usize>, String> {
+    shape
+        .iter()
+        .map(|&dimension| {
+            usize::try_from(dimension).map_err(|_| format!("dimension {dimension} is too large"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(split: u64, lo: u64, hi: u64, fill: u8) -> BatchPart {
+        let rows = hi - lo;
+        BatchPart {
+            epoch: 0,
+            split,
+            lo,
+            hi,
+            slot: 0,
+            keys: (lo..hi).map(|i| format!("{split}/{i}")).collect(),
+            tensors: vec![
+                granary_proto::v1::Tensor {
+                    name: "image".into(),
+                    dtype: "uint8".into(),
+                    shape: vec![rows, 2],
+                    data: Bytes::from(vec![fill; rows as usize * 2]),
+                },
+                granary_proto::v1::Tensor {
+                    name: "label".into(),
+                    dtype: "int64".into(),
+                    shape: vec![rows],
+                    data: Bytes::from(vec![fill; rows as usize * 8]),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn single_part_reuses_the_payload() {
+        let one = part(3, 0, 4, 7);
+        let pointer = one.tensors[0].data.as_ptr();
+        let batch = Batch::from_parts(0, 0, vec![one]).unwrap();
+        assert_eq!(batch.tensor("image").unwrap().data.as_ptr(), pointer);
+        assert_eq!(batch.len(), 4);
+        assert_eq!(batch.tensor("image").unwrap().shape, vec![4, 2]);
+    }
+
+    #[test]
+    fn parts_concatenate_along_rows() {
+        let batch = Batch::from_parts(0, 0, vec![part(1, 6, 8, 1), part(2, 0, 3, 2)]).unwrap();
+        assert_eq!(batch.len(), 5);
+        assert_eq!(batch.keys, vec!["1/6", "1/7", "2/0", "2/1", "2/2"]);
+        let image = batch.tensor("image").unwrap();
+        assert_eq!(image.shape, vec![5, 2]);
+        assert_eq!(&image.data[..], &[1, 1, 1, 1, 2, 2, 2, 2, 2, 2]);
+        assert_eq!(batch.tensor("label").unwrap().data.len(), 40);
+    }
+
+    #[test]
+    fn mismatched_parts_are_refused() {
+        let mut other = part(2, 0, 3, 2);
+        other.tensors[0].shape = vec![3, 3];
+        assert!(Batch::from_parts(0, 0, vec![part(1, 0, 2, 1), other]).unwrap_err().contains("shape"));
+        let mut other = part(2, 0, 3, 2);
+        other.tensors[1].dtype = "float32".into();
+        assert!(Batch::from_parts(0, 0, vec![part(1, 0, 2, 1), other]).is_err());
+        let mut other = part(2, 0, 3, 2);
+        other.tensors.pop();
+        assert!(Batch::from_parts(0, 0, vec![part(1, 0, 2, 1), other]).is_err());
+        let mut other = part(2, 0, 3, 2);
+        other.tensors.push(other.tensors[0].clone());
+        assert!(Batch::from_parts(0, 0, vec![part(1, 0, 2, 1), other]).is_err());
+    }
+
+    #[test]
+    fn empty_parts_are_skipped() {
+        let mut empty = part(4, 5, 5, 0);
+        empty.tensors.clear();
+        let batch = Batch::from_parts(0, 0, vec![part(1, 0, 2, 1), empty.clone()]).unwrap();
+        assert_eq!(batch.len(), 2);
+        let batch = Batch::from_parts(0, 0, vec![empty]).unwrap();
+        assert!(batch.is_empty());
+        assert!(Batch::from_parts(0, 0, vec![]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn checks_part_shapes() {
+        assert!(check_part(&part(1, 0, 2, 1)).is_ok());
+        let mut bad = part(1, 0, 2, 1);
+        bad.tensors[0].shape = vec![3, 2];
+        assert!(check_part(&bad).is_err());
+        let mut bad = part(1, 0, 2, 1);
+        bad.tensors[0].data = Bytes::from_static(&[1, 2, 3]);
+        assert!(check_part(&bad).is_err());
+    }
+}

@@ -1,0 +1,80 @@
+//! gRPC channels to the dispatcher and to workers, tuned for large streamed batches.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::ClientError;
+
+/// Limit on establishing a TCP connection.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Limit on each unary dispatcher call.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Initial HTTP/2 stream and connection windows: enough for a few large batch parts in flight.
+const WINDOW_BYTES: u32 = 32 << 20;
+
+/// Largest HTTP/2 frame the peer may send us.
+const MAX_FRAME_BYTES: u32 = 1 << 20;
+
+/// `http://host:port` for `host:port`; addresses with a scheme are kept.
+pub(crate) fn normalize(address: &str) -> String {
+    let address = address.trim().trim_end_matches('/');
+    if address.contains("://") { address.to_owned() } else { format!("http://{address}") }
+}
+
+/// An endpoint for `address` with the data-plane transport settings.
+pub(crate) fn endpoint(address: &str) -> Result<Endpoint, ClientError> {
+    let uri = normalize(address);
+    let endpoint = Endpoint::from_shared(uri).map_err(|error| ClientError::InvalidAddress {
+        address: address.to_owned(),
+        reason: error.to_string(),
+    })?;
+    Ok(endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_adaptive_window(true)
+        .initial_stream_window_size(WINDOW_BYTES)
+        .initial_connection_window_size(WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(10)))
+}
+
+/// Connects to `address` eagerly, within [`CONNECT_TIMEOUT`].
+pub(crate) async fn connect(endpoint: &Endpoint) -> Result<Channel, String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(error)) => Err(describe(&error)),
+        Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
+    }
+}
+
+/// A transport error with its causes, which carry the useful part ("connection refused").
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_addresses() {
+        assert_eq!(normalize("localhost:7070"), "http://localhost:7070");
+        assert_eq!(normalize("http://10.0.0.1:7070/"), "http://10.0.0.1:7070");
+        assert!(endpoint("localhost:7070").is_ok());
+        assert!(matches!(endpoint("bad address:x"), Err(ClientError::InvalidAddress { .. })));
+    }
+}

@@ -1,0 +1,84 @@
+//! The heartbeat: progress and metrics to the dispatcher, the list of workers back.
+//!
+//! A dispatcher that restarted and forgot this consumer answers `NOT_FOUND`; the consumer then
+//! registers again at its current position. While the dispatcher is unreachable the heartbeat
+//! retries with backoff and the worker streams keep delivering.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use granary_proto::v1::RegisterClientRequest;
+
+use crate::backoff::Backoff;
+use crate::dispatcher::{self, Dispatcher};
+use crate::session::Session;
+use crate::streams::WorkerStreams;
+
+/// Sends heartbeats every `interval` until dropped, keeping `streams` on the listed workers.
+pub(crate) async fn run(
+    mut dispatcher: Dispatcher,
+    session: Arc<Session>,
+    mut streams: WorkerStreams,
+    interval: Duration,
+) {
+    let mut backoff = Backoff::reconnect();
+    let mut failing = false;
+    loop {
+        let delay = if failing { backoff.next_delay() } else { interval };
+        tokio::time::sleep(delay).await;
+        let request = session.heartbeat();
+        match dispatcher.client_heartbeat(request).await {
+            Ok(response) => {
+                if failing {
+                    tracing::info!(dispatcher = %session.address, "dispatcher reachable again");
+                }
+                failing = false;
+                backoff.reset();
+                streams.update(&response.into_inner().workers);
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => {
+                tracing::info!(dispatcher = %session.address, message = status.message(),
+                    "the dispatcher forgot this consumer, registering again");
+                failing = !register_again(&mut dispatcher, &session, &mut streams).await;
+            }
+            Err(status) => {
+                if !failing {
+                    tracing::warn!(dispatcher = %session.address, code = ?status.code(),
+                        message = status.message(), "heartbeat failed, retrying; worker streams keep flowing");
+                }
+                failing = true;
+            }
+        }
+    }
+}
+
+/// Registers the consumer again at its current position; true on success.
+async fn register_again(dispatcher: &mut Dispatcher, session: &Session, streams: &mut WorkerStreams) -> bool {
+    let consumer = &session.consumer;
+    let request = RegisterClientRequest {
+        pipeline: consumer.pipeline.clone(),
+        job: consumer.job.clone(),
+        mode: consumer.mode.to_proto().into(),
+        consumer_index: Some(consumer.consumer_index),
+        num_consumers: consumer.num_consumers,
+        resume: Some(session.resume_point()),
+    };
+    match dispatcher::register(dispatcher, &session.address, request).await {
+        Ok(response) => {
+            if response.consumer_index != consumer.consumer_index {
+                tracing::warn!(
+                    expected = consumer.consumer_index,
+                    got = response.consumer_index,
+                    "registered again under another consumer index"
+                );
+            }
+            session.set_client_id(response.client_id);
+            streams.update(&response.workers);
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, "registering again failed, retrying");
+            false
+        }
+    }
+}

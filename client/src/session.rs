@@ -1,0 +1,133 @@
+//! State the client shares with its background tasks: who it is and how far it got.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use granary_proto::v1::{ClientHeartbeatRequest, ResumePoint, SlotRange};
+
+use crate::metrics::StepMetrics;
+use crate::options::Mode;
+use crate::position::{POSITION_VERSION, Position};
+use crate::ranges::SlotRanges;
+
+/// The consumer, as the dispatcher registered it.
+#[derive(Debug, Clone)]
+pub(crate) struct Consumer {
+    pub(crate) pipeline: String,
+    pub(crate) job: String,
+    pub(crate) consumer_index: u32,
+    pub(crate) num_consumers: u32,
+    pub(crate) mode: Mode,
+    pub(crate) plan_fingerprint: u64,
+}
+
+/// How far the consumer got, updated by `next()` and read by the heartbeat.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    /// The epoch being delivered.
+    pub(crate) epoch: u32,
+    /// Its delivered slots.
+    pub(crate) delivered: SlotRanges,
+    /// Complete batches buffered in the client.
+    pub(crate) buffered: u32,
+    /// Every epoch was delivered.
+    pub(crate) finished: bool,
+    /// Step and wait times.
+    pub(crate) metrics: StepMetrics,
+}
+
+/// The registered consumer, its dispatcher session and its progress.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The consumer.
+    pub(crate) consumer: Consumer,
+    /// The dispatcher address, for messages.
+    pub(crate) address: String,
+    client_id: Mutex<String>,
+    progress: Mutex<Progress>,
+}
+
+impl Session {
+    /// A session registered as `client_id`, starting at `epoch` with `delivered` slots.
+    pub(crate) fn new(
+        consumer: Consumer,
+        address: String,
+        client_id: String,
+        epoch: u32,
+        delivered: SlotRanges,
+    ) -> Session {
+        let progress = Progress {
+            epoch,
+            delivered,
+            buffered: 0,
+            finished: false,
+            metrics: StepMetrics::new(Instant::now()),
+        };
+        Session { consumer, address, client_id: Mutex::new(client_id), progress: Mutex::new(progress) }
+    }
+
+    /// The current dispatcher session id.
+    pub(crate) fn client_id(&self) -> String {
+        self.client_id.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the session id after registering again.
+    pub(crate) fn set_client_id(&self, client_id: String) {
+        *self.client_id.lock().unwrap_or_else(PoisonError::into_inner) = client_id;
+    }
+
+    /// The progress, locked.
+    pub(crate) fn progress(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The position after the last delivered batch.
+    pub(crate) fn position(&self) -> Position {
+        let progress = self.progress();
+        let consumer = &self.consumer;
+        Position {
+            pipeline: consumer.pipeline.clone(),
+            job: consumer.job.clone(),
+            consumer_index: consumer.consumer_index,
+            num_consumers: consumer.num_consumers,
+            mode: consumer.mode,
+            epoch: progress.epoch,
+            delivered: progress.delivered.ranges().to_vec(),
+            plan_fingerprint: consumer.plan_fingerprint,
+            version: POSITION_VERSION,
+        }
+    }
+
+    /// The position as a resume point, for registering again.
+    pub(crate) fn resume_point(&self) -> ResumePoint {
+        let progress = self.progress();
+        ResumePoint {
+            epoch: progress.epoch,
+            delivered: progress
+                .delivered
+                .ranges()
+                .iter()
+                .map(|&(start, end)| SlotRange { start, end })
+                .collect(),
+            plan_fingerprint: self.consumer.plan_fingerprint,
+        }
+    }
+
+    /// A heartbeat with the progress and the metrics since the last one.
+    pub(crate) fn heartbeat(&self) -> ClientHeartbeatRequest {
+        let client_id = self.client_id();
+        let mut progress = self.progress();
+        let buffered = progress.buffered;
+        let metrics = progress.metrics.report(Instant::now(), buffered);
+        ClientHeartbeatRequest {
+            client_id,
+            pipeline: self.consumer.pipeline.clone(),
+            job: self.consumer.job.clone(),
+            consumer_index: self.consumer.consumer_index,
+            epoch: progress.epoch,
+            delivered: progress.delivered.count(),
+            metrics: Some(metrics),
+            finished: progress.finished,
+        }
+    }
+}
