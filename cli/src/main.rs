@@ -2,6 +2,7 @@
 
 mod commands;
 mod demo;
+mod local;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +34,8 @@ enum Command {
     Crd,
     /// Generate a small synthetic dataset and run every example pipeline on it.
     Demo(commands::demo::DemoArgs),
+    /// Run a data-plane worker: lease splits from a dispatcher and stream batch parts to consumers.
+    Worker(commands::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Command::Demo(args) => commands::demo::demo(&args),
+        Command::Worker(args) => commands::worker::worker(&args),
     };
     match result {
         Ok(code) => code,

@@ -50,7 +50,8 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for (name, text) in EXAMPLES {
-        let manifest = example_manifest(text, &dir).with_context(|| format!("examples/{name}"))?;
+        let mut manifest = example_manifest(text, &dir).with_context(|| format!("examples/{name}"))?;
+        manifest.pipeline.spec.epochs = 1;
         let run_args = RunArgs {
             file: PathBuf::from(name),
             epochs: Some(1),
@@ -60,9 +61,14 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             json: true,
             digest: false,
             set: Vec::new(),
+            workers: 1,
+            serve: None,
+            exit_when_done: false,
+            journal: None,
         };
+        // Through the local service: dispatcher here, one worker process, the built-in client.
         let summary =
-            run::execute(&manifest, &run_args).with_context(|| format!("running examples/{name}"))?;
+            crate::local::run(&manifest, &run_args).with_context(|| format!("running examples/{name}"))?;
         if args.json {
             println!("{}", serde_json::to_string(&summary)?);
         } else {

@@ -3,3 +3,4 @@ pub mod crd;
 pub mod demo;
 pub mod run;
 pub mod validate;
+pub mod worker;

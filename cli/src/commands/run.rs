@@ -36,6 +36,20 @@ pub struct RunArgs {
     /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     pub set: Vec<String>,
+    /// Worker processes of the local service (dispatcher in this process); 0 runs the engine in
+    /// this process instead.
+    #[arg(long, default_value_t = 1)]
+    pub workers: u32,
+    /// Serve the dispatcher API at ADDR for external clients instead of consuming; prints
+    /// `{"dispatcher":"HOST:PORT","pipeline":NAME}` once ready and runs until SIGTERM.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// With `--serve`: exit once every consumer of every job delivered all epochs.
+    #[arg(long, requires = "serve")]
+    pub exit_when_done: bool,
+    /// Where the dispatcher journals its state (a local path or an object-store URL).
+    #[arg(long, value_name = "URL")]
+    pub journal: Option<String>,
 }
 
 /// One epoch's figures.
@@ -108,10 +122,18 @@ pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> anyhow::R
 
 /// Runs `granary run`.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let Some(manifest) = load_or_report(&args.file, &args.set) else {
+    let mut set = args.set.clone();
+    if let Some(epochs) = args.epochs {
+        set.push(format!("spec.epochs={epochs}"));
+    }
+    let Some(manifest) = load_or_report(&args.file, &set) else {
         return Ok(ExitCode::from(2));
     };
-    let summary = execute(&manifest, args)?;
+    if args.serve.is_some() {
+        return crate::local::serve(&manifest, args);
+    }
+    let summary =
+        if args.workers == 0 { execute(&manifest, args)? } else { crate::local::run(&manifest, args)? };
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -210,7 +232,8 @@ fn hash_batch(batch: &Batch, h: &mut DefaultHasher) {
     }
 }
 
-fn progress_bar(quiet: bool) -> ProgressBar {
+/// A spinner with the batch count, hidden when `quiet`.
+pub fn progress_bar(quiet: bool) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
     }

@@ -1,0 +1,278 @@
+//! The harness of Granary's multi-process tests: a generated dataset, the `granary` binary as
+//! dispatcher (`run --serve`) and workers (`worker`), and consumer processes, all on 127.0.0.1.
+//! Every wait is bounded; every child is killed when its handle drops.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The folder the test binaries live in (`target/<profile>`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> → target/<profile>
+    exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The `granary` binary: `$GRANARY_BIN`, or the one built next to the tests.
+pub fn granary_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GRANARY_BIN") {
+        return p.into();
+    }
+    let path = target_dir().join("granary");
+    assert!(path.exists(), "{} is missing: build it first (cargo build -p granary-cli)", path.display());
+    path
+}
+
+/// The consumer stand-in binary of this crate (built with the tests).
+pub fn consume_bin() -> PathBuf {
+    target_dir().join("granary-e2e-consume")
+}
+
+/// A child process killed on drop.
+pub struct Proc {
+    /// The child.
+    pub child: Child,
+}
+
+impl Proc {
+    /// Sends `signal` (e.g. `libc::SIGKILL`).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
+    /// Waits for the exit, up to `timeout`; true when it exited.
+    pub fn wait_for(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A dataset of generated JPEGs and a manifest over it.
+pub struct Dataset {
+    /// Temporary folder holding everything.
+    pub dir: tempfile::TempDir,
+    /// The manifest file.
+    pub manifest: PathBuf,
+    /// Every element key.
+    pub keys: Vec<String>,
+}
+
+/// Generates `images` JPEGs and writes a manifest: 32×32 uint8 crops, batches of `batch`,
+/// splits of `files_per_split`, `epochs` epochs.
+pub fn dataset(images: usize, batch: u32, files_per_split: u32, epochs: u32) -> Dataset {
+    dataset_with(images, batch, files_per_split, epochs, "")
+}
+
+/// [`dataset`] with 224×224 float32 CHW crops (600 KB an element), so that buffers hold only a
+/// small part of an epoch and workers are still producing when a test interrupts them.
+pub fn large_dataset(images: usize, batch: u32, files_per_split: u32, epochs: u32) -> Dataset {
+    let normalize = "    - {op: image.normalize, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225], dtype: float32, layout: CHW}\n";
+    dataset_with(images, batch, files_per_split, epochs, normalize)
+}
+
+fn dataset_with(images: usize, batch: u32, files_per_split: u32, epochs: u32, extra: &str) -> Dataset {
+    let size = if extra.is_empty() { 32 } else { 224 };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = Command::new(granary_bin())
+        .args(["demo", "--no-run", "--images", &images.to_string(), "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .status()
+        .expect("granary demo runs");
+    assert!(status.success(), "granary demo failed");
+    let train = dir.path().join("images/train");
+    let mut keys: Vec<String> = std::fs::read_dir(&train)
+        .expect("images")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".jpg"))
+        .collect();
+    keys.sort();
+    let manifest = dir.path().join("pipeline.yaml");
+    let text = format!(
+        "apiVersion: granary.dev/v1alpha1
+kind: InputPipeline
+metadata: {{name: e2e}}
+spec:
+  source: {{url: 'file://{}/', format: files, labels: ../labels.jsonl, filesPerSplit: {files_per_split}}}
+  stages:
+    - op: image.decode
+    - {{op: image.random_resized_crop, size: {size}}}
+    - {{op: image.flip, p: 0.5}}
+{extra}  shuffle: {{buffer: 8}}
+  batch: {{size: {batch}}}
+  seed: 5
+  epochs: {epochs}
+",
+        train.display()
+    );
+    std::fs::write(&manifest, text).expect("manifest");
+    Dataset { dir, manifest, keys }
+}
+
+/// `granary run MANIFEST --serve ADDR --workers 0 --journal DIR`: the dispatcher alone.
+pub struct Dispatcher {
+    /// The process.
+    pub proc: Proc,
+    /// `host:port`.
+    pub address: String,
+}
+
+/// Starts the dispatcher on `listen` (port 0 picks one) and waits for its ready line.
+pub fn start_dispatcher(manifest: &Path, listen: &str, journal: &Path) -> Dispatcher {
+    let mut child = Command::new(granary_bin())
+        .arg("run")
+        .arg(manifest)
+        .args(["--workers", "0", "--serve", listen, "--journal"])
+        .arg(journal)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dispatcher starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let proc = Proc { child };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line =
+        rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its address within 60 s");
+    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
+    let address = v["dispatcher"].as_str().expect("dispatcher address").to_string();
+    Dispatcher { proc, address }
+}
+
+/// Starts a worker process.
+pub fn start_worker(dispatcher: &str) -> Proc {
+    let child = Command::new(granary_bin())
+        .args(["worker", "--dispatcher", dispatcher, "--threads", "1", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("worker starts");
+    Proc { child }
+}
+
+/// One batch a consumer printed.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Seen {
+    /// Epoch.
+    pub epoch: u32,
+    /// Slot.
+    pub slot: u64,
+    /// Element keys.
+    pub keys: Vec<String>,
+}
+
+/// A consumer process whose batches are collected as it prints them.
+pub struct Consumer {
+    /// The process.
+    pub proc: Proc,
+    lines: std::sync::mpsc::Receiver<Seen>,
+    /// Batches so far.
+    pub seen: Vec<Seen>,
+}
+
+/// Starts `granary-e2e-consume` with `args` after `--dispatcher ADDR --pipeline e2e`.
+pub fn start_consumer(dispatcher: &str, args: &[&str]) -> Consumer {
+    let mut child = Command::new(consume_bin())
+        .args(["--dispatcher", dispatcher, "--pipeline", "e2e"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("consumer starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(seen) = serde_json::from_str::<Seen>(&line)
+                && tx.send(seen).is_err()
+            {
+                return;
+            }
+        }
+    });
+    Consumer { proc: Proc { child }, lines: rx, seen: Vec::new() }
+}
+
+impl Consumer {
+    /// Collects batches until `n` were seen or `timeout` passed.
+    pub fn collect(&mut self, n: usize, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while self.seen.len() < n {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(s) => self.seen.push(s),
+                Err(_) => return,
+            }
+            if Instant::now() >= end {
+                return;
+            }
+        }
+    }
+
+    /// Collects until the process exits (or `timeout`), then returns whether it exited
+    /// successfully.
+    pub fn finish(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(s) => self.seen.push(s),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+        }
+        self.proc.wait_for(end.saturating_duration_since(Instant::now()))
+            && self.proc.child.try_wait().ok().flatten().is_some_and(|s| s.success())
+    }
+}
+
+/// Key counts per epoch over all `seen` batches.
+pub fn counts_per_epoch<'a>(
+    seen: impl IntoIterator<Item = &'a Seen>,
+) -> BTreeMap<u32, BTreeMap<String, usize>> {
+    let mut out: BTreeMap<u32, BTreeMap<String, usize>> = BTreeMap::new();
+    for s in seen {
+        for k in &s.keys {
+            *out.entry(s.epoch).or_default().entry(k.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Asserts that each of `epochs` epochs holds every key exactly once.
+pub fn assert_exactly_once<'a>(seen: impl IntoIterator<Item = &'a Seen>, keys: &[String], epochs: u32) {
+    let counts = counts_per_epoch(seen);
+    for epoch in 0..epochs {
+        let got = counts.get(&epoch).cloned().unwrap_or_default();
+        let lost: Vec<&String> = keys.iter().filter(|k| !got.contains_key(*k)).collect();
+        let dup: Vec<(&String, &usize)> = got.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            lost.is_empty() && dup.is_empty(),
+            "epoch {epoch}: {} lost {lost:?}, {} duplicated {dup:?}",
+            lost.len(),
+            dup.len()
+        );
+        assert_eq!(got.len(), keys.len(), "epoch {epoch}: unexpected keys");
+    }
+}
