@@ -67,22 +67,23 @@ impl Batch {
         }
         let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
         let first = &parts[0];
+        if let Some(part) = parts.iter().find(|part| part.tensors.len() != first.tensors.len()) {
+            return Err(format!(
+                "part at {}..{} of split {} has {} tensors, the first part has {}",
+                part.lo,
+                part.hi,
+                part.split,
+                part.tensors.len(),
+                first.tensors.len()
+            ));
+        }
         let mut tensors = Vec::with_capacity(first.tensors.len());
         for (index, head) in first.tensors.iter().enumerate() {
             let trailing = head.shape.get(1..).unwrap_or_default();
             let mut rows = 0u64;
             let mut bytes = 0usize;
             for part in &parts {
-                let Some(tensor) = part.tensors.get(index) else {
-                    return Err(format!(
-                        "part at {}..{} of split {} has {} tensors, the first part has {}",
-                        part.lo,
-                        part.hi,
-                        part.split,
-                        part.tensors.len(),
-                        first.tensors.len()
-                    ));
-                };
+                let tensor = &part.tensors[index];
                 if tensor.name != head.name || tensor.dtype != head.dtype {
                     return Err(format!(
                         "tensor {index} is `{}` ({}) in one part and `{}` ({}) in another",
@@ -109,16 +110,6 @@ impl Batch {
                 shape: dimensions(&shape)?,
                 data: data.freeze(),
             });
-        }
-        if let Some(part) = parts.iter().find(|part| part.tensors.len() != first.tensors.len()) {
-            return Err(format!(
-                "part at {}..{} of split {} has {} tensors, the first part has {}",
-                part.lo,
-                part.hi,
-                part.split,
-                part.tensors.len(),
-                first.tensors.len()
-            ));
         }
         Ok(Batch { epoch, slot, keys, tensors })
     }

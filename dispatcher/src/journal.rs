@@ -135,19 +135,29 @@ impl Journal {
         Ok(events)
     }
 
+    /// Writes `value` as JSON to `location` in one atomic put.
+    async fn put_json<T: serde::Serialize>(
+        &self,
+        location: &StorePath,
+        value: &T,
+    ) -> Result<(), JournalError> {
+        let body = serde_json::to_vec(value)
+            .map_err(|e| JournalError::Corrupt { location: location.to_string(), message: e.to_string() })?;
+        self.store.put(location, PutPayload::from(body)).await.map_err(|source| JournalError::Store {
+            what: "writing",
+            location: location.to_string(),
+            source,
+        })?;
+        Ok(())
+    }
+
     /// Appends `events` as one record. Nothing is written for no events.
     pub async fn append(&mut self, events: &[Event]) -> Result<(), JournalError> {
         if events.is_empty() {
             return Ok(());
         }
         let location = self.location(&format!("journal/{:020}.json", self.next));
-        let body = serde_json::to_vec(events)
-            .map_err(|e| JournalError::Corrupt { location: location.to_string(), message: e.to_string() })?;
-        self.store.put(&location, PutPayload::from(body)).await.map_err(|source| JournalError::Store {
-            what: "writing",
-            location: location.to_string(),
-            source,
-        })?;
+        self.put_json(&location, &events).await?;
         self.next += 1;
         self.since_snapshot += 1;
         Ok(())
@@ -162,13 +172,7 @@ impl Journal {
     /// it covers. The snapshot is written first, so a crash in between loses nothing.
     pub async fn compact(&mut self, state: Vec<Event>) -> Result<(), JournalError> {
         let location = self.location("snapshot.json");
-        let body = serde_json::to_vec(&Snapshot { next: self.next, events: state })
-            .map_err(|e| JournalError::Corrupt { location: location.to_string(), message: e.to_string() })?;
-        self.store.put(&location, PutPayload::from(body)).await.map_err(|source| JournalError::Store {
-            what: "writing",
-            location: location.to_string(),
-            source,
-        })?;
+        self.put_json(&location, &Snapshot { next: self.next, events: state }).await?;
         for seq in self.next.saturating_sub(self.since_snapshot)..self.next {
             let old = self.location(&format!("journal/{seq:020}.json"));
             if let Err(e) = self.store.delete(&old).await

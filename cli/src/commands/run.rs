@@ -93,6 +93,40 @@ pub struct RunSummary {
     pub epochs: Vec<EpochSummary>,
 }
 
+impl EpochSummary {
+    /// An epoch with nothing delivered yet.
+    pub fn new(epoch: u32) -> EpochSummary {
+        EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None }
+    }
+}
+
+impl RunSummary {
+    /// A run with nothing delivered yet.
+    pub fn new(pipeline: String, threads: usize) -> RunSummary {
+        RunSummary {
+            pipeline,
+            items: 0,
+            batches: 0,
+            bytes: 0,
+            seconds: 0.0,
+            items_per_s: 0.0,
+            mb_per_s: 0.0,
+            peak_rss_bytes: None,
+            threads,
+            epochs: Vec::new(),
+        }
+    }
+
+    /// Sets the wall time and the rates derived from it, and the peak RSS.
+    pub fn finish(&mut self, seconds: f64) {
+        self.seconds = seconds;
+        let secs = seconds.max(1e-9);
+        self.items_per_s = self.items as f64 / secs;
+        self.mb_per_s = self.bytes as f64 / secs / 1e6;
+        self.peak_rss_bytes = peak_rss();
+    }
+}
+
 /// Loads a manifest with `--set` overrides; when it is invalid, prints every problem to stderr
 /// and returns `None` (exit code 2).
 pub fn load_or_report(file: &Path, set: &[String]) -> Option<granary_crds::Manifest> {
@@ -151,21 +185,10 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
     let bar = progress_bar(args.json);
     let limit = args.limit_batches.unwrap_or(u64::MAX);
     let start = Instant::now();
-    let mut summary = RunSummary {
-        pipeline: name,
-        items: 0,
-        batches: 0,
-        bytes: 0,
-        seconds: 0.0,
-        items_per_s: 0.0,
-        mb_per_s: 0.0,
-        peak_rss_bytes: None,
-        threads: options.threads,
-        epochs: Vec::new(),
-    };
+    let mut summary = RunSummary::new(name, options.threads);
     // Every epoch has a summary, even one without batches; `seconds` runs from the end of the
     // previous epoch's last batch to the end of this one's.
-    let open = |epoch: u32| EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None };
+    let open = EpochSummary::new;
     let mut current = open(0);
     let mut hasher = args.digest.then(DefaultHasher::new);
     let mut epoch_start = Instant::now();
@@ -214,11 +237,7 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
         }
     }
     bar.finish_and_clear();
-    summary.seconds = start.elapsed().as_secs_f64();
-    let secs = summary.seconds.max(1e-9);
-    summary.items_per_s = summary.items as f64 / secs;
-    summary.mb_per_s = summary.bytes as f64 / secs / 1e6;
-    summary.peak_rss_bytes = peak_rss();
+    summary.finish(start.elapsed().as_secs_f64());
     Ok(summary)
 }
 

@@ -1,7 +1,7 @@
 //! The built-in consumer of `granary run --workers N`: reads every epoch through the client over
 //! loopback, with the same progress bar and summary as the in-process engine.
 
-use crate::commands::run::{EpochSummary, RunArgs, RunSummary, peak_rss, progress_bar};
+use crate::commands::run::{EpochSummary, RunArgs, RunSummary, progress_bar};
 use granary_client::{Batch, Client, ClientOptions};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
@@ -21,20 +21,8 @@ pub async fn consume(
     let bar = progress_bar(args.json);
     let limit = args.limit_batches.unwrap_or(u64::MAX);
     let start = Instant::now();
-    let mut summary = RunSummary {
-        pipeline: pipeline.to_string(),
-        items: 0,
-        batches: 0,
-        bytes: 0,
-        seconds: 0.0,
-        items_per_s: 0.0,
-        mb_per_s: 0.0,
-        peak_rss_bytes: None,
-        threads,
-        epochs: (0..epochs)
-            .map(|epoch| EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None })
-            .collect(),
-    };
+    let mut summary = RunSummary::new(pipeline.to_string(), threads);
+    summary.epochs = (0..epochs).map(EpochSummary::new).collect();
     let mut digests = vec![0u64; epochs as usize];
     let mut epoch_start = Instant::now();
     let mut current = 0u32;
@@ -79,11 +67,7 @@ pub async fn consume(
         }
     }
     bar.finish_and_clear();
-    summary.seconds = start.elapsed().as_secs_f64();
-    let secs = summary.seconds.max(1e-9);
-    summary.items_per_s = summary.items as f64 / secs;
-    summary.mb_per_s = summary.bytes as f64 / secs / 1e6;
-    summary.peak_rss_bytes = peak_rss();
+    summary.finish(start.elapsed().as_secs_f64());
     Ok(summary)
 }
 
