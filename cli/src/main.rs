@@ -19,7 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a pipeline in this process and report its throughput.
+    /// Run a pipeline through the local service (or in this process with `--workers 0`) and
+    /// report its throughput.
     Run(commands::run::RunArgs),
     /// Measure a pipeline's steady-state throughput, with ratios against a baseline and the
     /// decode-only limit measured in the same run.

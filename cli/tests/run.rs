@@ -181,6 +181,28 @@ fn bench_reports_the_fast_path_and_its_same_run_ratios() {
 }
 
 #[test]
+fn bench_with_workers_measures_the_served_path_against_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    demo_data(dir.path(), 48);
+    let url = format!("spec.source.url=file://{}/images/train/", dir.path().display());
+    let r = json_line(&ok(granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--json", "--workers", "1", "--warmup", "1", "--batches", "4", "--threads", "2"])
+        .args(["--set", &url, "--set", "spec.batch.size=8"])));
+    assert_eq!(r["transport"], "grpc-loopback");
+    assert_eq!(r["service_workers"], 1);
+    assert_eq!(r["items"], 32, "4 timed batches of 8");
+    for key in ["items_per_s", "in_process_items_per_s", "vs_in_process", "mb_per_s", "wire_mb_per_s"] {
+        assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {r}");
+    }
+    // float32 is normalized by the client: the wire carries a quarter of the bytes.
+    let ratio = r["wire_mb_per_s"].as_f64().unwrap() / r["mb_per_s"].as_f64().unwrap();
+    assert!(ratio < 0.5, "wire/delivered = {ratio} in {r}");
+    assert!(r.get("baseline_items_per_s").is_none(), "served mode skips the baselines: {r}");
+}
+
+#[test]
 fn bench_rejects_zero_batches_and_bad_manifests() {
     let out = granary()
         .arg("bench")

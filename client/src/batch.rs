@@ -49,7 +49,8 @@ impl Batch {
     }
 
     /// Joins the parts of a slot, given in plan order, along the leading axis. A single part is
-    /// used as is, without copying its data.
+    /// used as is, without copying its data; a tensor whose final `image.normalize` the worker
+    /// left to the client is normalized here, straight into the batch's buffer.
     pub(crate) fn from_parts(epoch: u32, slot: u64, parts: Vec<BatchPart>) -> Result<Batch, String> {
         let mut parts: Vec<BatchPart> = if parts.len() > 1 {
             // Empty parts carry nothing, and may carry no tensors at all.
@@ -58,61 +59,72 @@ impl Batch {
         } else {
             parts
         };
-        if parts.len() <= 1 {
-            let (keys, tensors) = match parts.pop() {
-                Some(part) => (part.keys, tensors_of(part.tensors)?),
-                None => (Vec::new(), Vec::new()),
-            };
-            return Ok(Batch { epoch, slot, keys, tensors });
-        }
-        let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
-        let first = &parts[0];
-        if let Some(part) = parts.iter().find(|part| part.tensors.len() != first.tensors.len()) {
+        let Some(first) = parts.first() else {
+            return Ok(Batch { epoch, slot, keys: Vec::new(), tensors: Vec::new() });
+        };
+        let columns = first.tensors.len();
+        if let Some(part) = parts.iter().find(|part| part.tensors.len() != columns) {
             return Err(format!(
-                "part at {}..{} of split {} has {} tensors, the first part has {}",
+                "part at {}..{} of split {} has {} tensors, the first part has {columns}",
                 part.lo,
                 part.hi,
                 part.split,
                 part.tensors.len(),
-                first.tensors.len()
             ));
         }
-        let mut tensors = Vec::with_capacity(first.tensors.len());
-        for (index, head) in first.tensors.iter().enumerate() {
-            let trailing = head.shape.get(1..).unwrap_or_default();
-            let mut rows = 0u64;
-            let mut bytes = 0usize;
-            for part in &parts {
-                let tensor = &part.tensors[index];
-                if tensor.name != head.name || tensor.dtype != head.dtype {
-                    return Err(format!(
-                        "tensor {index} is `{}` ({}) in one part and `{}` ({}) in another",
-                        head.name, head.dtype, tensor.name, tensor.dtype
-                    ));
-                }
-                if tensor.shape.get(1..).unwrap_or_default() != trailing {
-                    return Err(format!(
-                        "tensor `{}` has shape {:?} in one part and {:?} in another",
-                        head.name, head.shape, tensor.shape
-                    ));
-                }
-                rows += tensor.shape.first().copied().unwrap_or_default();
-                bytes += tensor.data.len();
+        let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
+        let mut pieces: Vec<Vec<granary_proto::v1::Tensor>> =
+            (0..columns).map(|_| Vec::with_capacity(parts.len())).collect();
+        for part in parts {
+            for (column, tensor) in pieces.iter_mut().zip(part.tensors) {
+                column.push(tensor);
             }
-            let mut data = BytesMut::with_capacity(bytes);
-            for part in &parts {
-                data.extend_from_slice(&part.tensors[index].data);
-            }
-            let shape = std::iter::once(rows).chain(trailing.iter().copied()).collect::<Vec<_>>();
-            tensors.push(Tensor {
-                name: head.name.clone(),
-                dtype: head.dtype.clone(),
-                shape: dimensions(&shape)?,
-                data: data.freeze(),
-            });
         }
+        let tensors = pieces.into_iter().map(join).collect::<Result<Vec<_>, _>>()?;
         Ok(Batch { epoch, slot, keys, tensors })
     }
+}
+
+/// Joins the pieces of one tensor (one per part, same name, dtype and row shape) along rows.
+fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
+    let Some(head) = pieces.first() else {
+        return Err("a tensor with no parts".to_string());
+    };
+    let trailing = head.shape.get(1..).unwrap_or_default();
+    let mut rows = 0u64;
+    let mut bytes = 0usize;
+    for tensor in &pieces {
+        if tensor.name != head.name || tensor.dtype != head.dtype || tensor.normalize != head.normalize {
+            return Err(format!(
+                "tensor `{}` ({}) in one part is `{}` ({}) in another, or is finished differently",
+                head.name, head.dtype, tensor.name, tensor.dtype
+            ));
+        }
+        if tensor.shape.get(1..).unwrap_or_default() != trailing {
+            return Err(format!(
+                "tensor `{}` has shape {:?} in one part and {:?} in another",
+                head.name, head.shape, tensor.shape
+            ));
+        }
+        rows += tensor.shape.first().copied().unwrap_or_default();
+        bytes += tensor.data.len();
+    }
+    if head.normalize.is_some() {
+        return crate::expand::normalize(&pieces, rows);
+    }
+    let shape = std::iter::once(rows).chain(trailing.iter().copied()).collect::<Vec<_>>();
+    let shape = dimensions(&shape)?;
+    let data = if pieces.len() == 1 {
+        std::mem::take(&mut pieces[0].data)
+    } else {
+        let mut data = BytesMut::with_capacity(bytes);
+        for piece in &pieces {
+            data.extend_from_slice(&piece.data);
+        }
+        data.freeze()
+    };
+    let head = pieces.swap_remove(0);
+    Ok(Tensor { name: head.name, dtype: head.dtype, shape, data })
 }
 
 /// Checks that every tensor of `part` has `hi - lo` rows and a payload that splits into them.
@@ -159,21 +171,7 @@ fn dtype_bytes(dtype: &str) -> Option<u64> {
     }
 }
 
-fn tensors_of(tensors: Vec<granary_proto::v1::Tensor>) -> Result<Vec<Tensor>, String> {
-    tensors
-        .into_iter()
-        .map(|tensor| {
-            Ok(Tensor {
-                shape: dimensions(&tensor.shape)?,
-                name: tensor.name,
-                dtype: tensor.dtype,
-                data: tensor.data,
-            })
-        })
-        .collect()
-}
-
-fn dimensions(shape: &[u64]) -> Result<Vec<usize>, String> {
+pub(crate) fn dimensions(shape: &[u64]) -> Result<Vec<usize>, String> {
     shape
         .iter()
         .map(|&dimension| {
@@ -201,12 +199,14 @@ mod tests {
                     dtype: "uint8".into(),
                     shape: vec![rows, 2],
                     data: Bytes::from(vec![fill; rows as usize * 2]),
+                    normalize: None,
                 },
                 granary_proto::v1::Tensor {
                     name: "label".into(),
                     dtype: "int64".into(),
                     shape: vec![rows],
                     data: Bytes::from(vec![fill; rows as usize * 8]),
+                    normalize: None,
                 },
             ],
         }

@@ -24,6 +24,7 @@ mod client;
 mod dispatcher;
 mod endpoint;
 mod error;
+mod expand;
 mod heartbeat;
 mod metrics;
 mod options;

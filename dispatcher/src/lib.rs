@@ -3,6 +3,7 @@
 //! journal so a restarted dispatcher resumes where it was, and the `WorkerPool` it scales.
 
 pub mod catalog;
+pub mod exposition;
 pub mod journal;
 pub mod plan;
 pub mod pool;

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::process::{Child, Command};
+use std::time::Duration;
 
 /// A failure changing the pool.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,7 @@ pub trait WorkerPool: Send {
 pub struct ProcessPool {
     program: std::path::PathBuf,
     args: Vec<String>,
+    unset: Vec<String>,
     children: Vec<Child>,
 }
 
@@ -34,7 +36,14 @@ impl ProcessPool {
     /// A pool that starts workers with `program args…` (e.g. the `granary` binary with
     /// `worker --dispatcher 127.0.0.1:PORT`).
     pub fn new(program: impl Into<std::path::PathBuf>, args: Vec<String>) -> ProcessPool {
-        ProcessPool { program: program.into(), args, children: Vec::new() }
+        ProcessPool { program: program.into(), args, unset: Vec::new(), children: Vec::new() }
+    }
+
+    /// Starts workers without these environment variables (settings of this process that must
+    /// not carry over, such as an address only one process can bind).
+    pub fn without_env(mut self, names: &[&str]) -> ProcessPool {
+        self.unset = names.iter().map(|n| n.to_string()).collect();
+        self
     }
 
     /// Process ids of the running workers, oldest first.
@@ -57,8 +66,12 @@ impl ProcessPool {
     fn resize(&mut self, n: u32) -> Result<(), PoolError> {
         self.reap();
         while self.children.len() < n as usize {
-            let child = Command::new(&self.program)
-                .args(&self.args)
+            let mut command = Command::new(&self.program);
+            command.args(&self.args);
+            for name in &self.unset {
+                command.env_remove(name);
+            }
+            let child = command
                 .spawn()
                 .map_err(|e| PoolError(format!("cannot start worker `{}`: {e}", self.program.display())))?;
             tracing::info!(pid = child.id(), "worker process started");
@@ -72,19 +85,45 @@ impl ProcessPool {
         Ok(())
     }
 
-    /// Stops every worker (SIGTERM, so they drain) and waits for them.
+    /// Stops every worker (SIGTERM, so they drain) and reaps them in the background.
     pub fn shutdown(&mut self) {
         for child in self.children.drain(..) {
             terminate(child);
         }
     }
+
+    /// Stops every worker and waits for them: SIGTERM so they drain, then SIGKILL for any still
+    /// running after `grace` (a drain can wait on consumers that are gone).
+    pub async fn stop_within(&mut self, grace: Duration) {
+        let mut running: Vec<Child> = self.children.drain(..).collect();
+        for child in &running {
+            signal(child.id(), libc::SIGTERM);
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            running.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+            if running.is_empty() || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for mut child in running {
+            tracing::warn!(pid = child.id(), "worker did not drain in time; killing it");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with a pid we own and a valid signal number has no memory effects.
+    let _ = unsafe { libc::kill(pid as libc::pid_t, signal) };
 }
 
 /// Asks a worker to drain and exit (SIGTERM), and reaps it on a background thread.
 fn terminate(mut child: Child) {
     let pid = child.id();
-    // SAFETY: kill(2) with a pid we own and a valid signal number has no memory effects.
-    let _ = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    signal(pid, libc::SIGTERM);
     std::thread::spawn(move || {
         let _ = child.wait();
         tracing::info!(pid, "worker process stopped");

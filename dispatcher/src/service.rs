@@ -148,6 +148,11 @@ impl Dispatcher {
         Ok(self.state().pipeline_info(name)?)
     }
 
+    /// Names of the registered pipelines.
+    pub fn pipelines(&self) -> Vec<String> {
+        self.state().pipeline_names()
+    }
+
     /// Jobs of a pipeline and how far they are.
     pub fn progress(&self, pipeline: &str) -> Vec<JobProgress> {
         self.state().progress(pipeline)

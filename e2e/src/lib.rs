@@ -137,11 +137,17 @@ pub struct Dispatcher {
 
 /// Starts the dispatcher on `listen` (port 0 picks one) and waits for its ready line.
 pub fn start_dispatcher(manifest: &Path, listen: &str, journal: &Path) -> Dispatcher {
+    start_dispatcher_with(manifest, listen, journal, &[])
+}
+
+/// [`start_dispatcher`] with extra `granary run` flags.
+pub fn start_dispatcher_with(manifest: &Path, listen: &str, journal: &Path, extra: &[&str]) -> Dispatcher {
     let mut child = Command::new(granary_bin())
         .arg("run")
         .arg(manifest)
         .args(["--workers", "0", "--serve", listen, "--journal"])
         .arg(journal)
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("dispatcher starts");
@@ -162,8 +168,14 @@ pub fn start_dispatcher(manifest: &Path, listen: &str, journal: &Path) -> Dispat
 
 /// Starts a worker process.
 pub fn start_worker(dispatcher: &str) -> Proc {
+    start_worker_with(dispatcher, &[])
+}
+
+/// Starts a worker process with extra `granary worker` flags.
+pub fn start_worker_with(dispatcher: &str, extra: &[&str]) -> Proc {
     let child = Command::new(granary_bin())
         .args(["worker", "--dispatcher", dispatcher, "--threads", "1", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()
         .expect("worker starts");
@@ -275,4 +287,30 @@ pub fn assert_exactly_once<'a>(seen: impl IntoIterator<Item = &'a Seen>, keys: &
         );
         assert_eq!(got.len(), keys.len(), "epoch {epoch}: unexpected keys");
     }
+}
+
+/// A free port on 127.0.0.1 right now (bound and released; another process may take it first,
+/// which the tests would report as a failure to bind).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// `GET /metrics` from `addr`: the body, in the Prometheus text format.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the metrics endpoint accepts");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+}
+
+/// The value of the sample `name{labels}` (exactly as written) in a scrape, if present.
+pub fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -7,6 +7,7 @@ use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
 use crate::source::{Source, SourceError, get_bytes};
 use crate::store;
+use granary_crds::ops::image::{ImageDType, Layout};
 use granary_crds::{InputPipelineSpec, Manifest, OpConfig};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,10 @@ pub struct EngineOptions {
     pub prefetch_bytes: usize,
     /// How image stages run (default: fused where the stages allow).
     pub image_path: ImagePath,
+    /// Leave a final `float32` `image.normalize` to the consumer: batches carry the `uint8`
+    /// pixels (a quarter of the bytes) and [`Engine::deferred`] says how to finish them, which
+    /// gives the same bits (default: off; the worker service turns it on for the wire).
+    pub defer_normalize: bool,
 }
 
 impl Default for EngineOptions {
@@ -30,6 +35,7 @@ impl Default for EngineOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch_bytes: 512 << 20,
             image_path: ImagePath::Fused,
+            defer_normalize: false,
         }
     }
 }
@@ -59,9 +65,25 @@ pub enum EngineError {
     Runtime(std::io::Error),
 }
 
+/// The final `image.normalize` the engine left to the consumer: `field` holds `uint8` HWC
+/// pixels, and the tensor the pipeline defines is `(x / 255 − mean) / std` as `float32` in
+/// `layout` (computed with `granary_kernels::normalize`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeferredNormalize {
+    /// The image field.
+    pub field: String,
+    /// Per-channel mean.
+    pub mean: [f32; 3],
+    /// Per-channel standard deviation.
+    pub std: [f32; 3],
+    /// Output layout.
+    pub layout: Layout,
+}
+
 /// A pipeline ready to run in this process.
 pub struct Engine {
     spec: InputPipelineSpec,
+    deferred: Option<DeferredNormalize>,
     source: Arc<Source>,
     plan: Arc<Plan>,
     options: EngineOptions,
@@ -89,6 +111,21 @@ impl Engine {
             configs
                 .push(OpConfig::parse(stage, &format!("spec.stages[{i}]")).map_err(granary_crds::Problems)?);
         }
+        let deferred = match configs.last() {
+            Some(OpConfig::ImageNormalize(n))
+                if options.defer_normalize && n.dtype == ImageDType::Float32 =>
+            {
+                let deferred = DeferredNormalize {
+                    field: n.field.clone(),
+                    mean: n.mean3(),
+                    std: n.std3(),
+                    layout: n.layout,
+                };
+                configs.pop();
+                Some(deferred)
+            }
+            _ => None,
+        };
         let mut stages = Vec::with_capacity(configs.len());
         let mut i = 0;
         while i < configs.len() {
@@ -111,7 +148,12 @@ impl Engine {
             batch_size: spec.batch.size.max(1) as usize,
             shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
         });
-        Ok(Engine { spec, source, plan, options, runtime })
+        Ok(Engine { spec, deferred, source, plan, options, runtime })
+    }
+
+    /// The final normalization left to the consumer, with `EngineOptions::defer_normalize`.
+    pub fn deferred(&self) -> Option<&DeferredNormalize> {
+        self.deferred.as_ref()
     }
 
     /// The spec being run.

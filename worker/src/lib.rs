@@ -24,6 +24,6 @@ pub mod tensor;
 
 pub use batch::{Batch, BatchTensor};
 pub use element::{Element, Value};
-pub use engine::{Engine, EngineError, EngineOptions};
+pub use engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
 pub use ops::image::fused::ImagePath;
 pub use tensor::{DType, Tensor, TensorData};

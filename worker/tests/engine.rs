@@ -150,7 +150,8 @@ fn a_bad_element_fails_with_its_key_and_stage() {
 }
 
 fn run_with(manifest: &granary_crds::Manifest, path: ImagePath, epoch: u32) -> Vec<Batch> {
-    let options = EngineOptions { threads: 2, prefetch_bytes: 64 << 10, image_path: path };
+    let options =
+        EngineOptions { threads: 2, prefetch_bytes: 64 << 10, image_path: path, ..Default::default() };
     let engine = Engine::open(manifest, options).unwrap();
     engine.run_epoch(epoch).collect::<Result<Vec<_>, _>>().unwrap()
 }

@@ -65,6 +65,8 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             serve: None,
             exit_when_done: false,
             journal: None,
+            normalize_on_worker: false,
+            metrics_addr: None,
         };
         // Through the local service: dispatcher here, one worker process, the built-in client.
         let summary =

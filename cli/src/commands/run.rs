@@ -47,6 +47,14 @@ pub struct RunArgs {
     /// With `--serve`: exit once every consumer of every job delivered all epochs.
     #[arg(long, requires = "serve")]
     pub exit_when_done: bool,
+    /// With workers: apply a final `float32` `image.normalize` on the workers and send `float32`
+    /// over the wire, instead of `uint8` that the client finishes (the default; same values).
+    #[arg(long)]
+    pub normalize_on_worker: bool,
+    /// Serve the dispatcher's Prometheus metrics at `GET /metrics` on ADDR (needs the local
+    /// service: `--workers` of 1 or more, or `--serve`).
+    #[arg(long, env = "GRANARY_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Where the dispatcher journals its state (a local path or an object-store URL).
     #[arg(long, value_name = "URL")]
     pub journal: Option<String>,
@@ -165,6 +173,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     };
     if args.serve.is_some() {
         return crate::local::serve(&manifest, args);
+    }
+    if args.workers == 0 && args.metrics_addr.is_some() {
+        anyhow::bail!(
+            "--metrics-addr (or GRANARY_METRICS_ADDR) serves the dispatcher's metrics, and --workers 0 runs \
+             without one: use --workers 1 or more, or --serve, or unset it"
+        );
     }
     let summary =
         if args.workers == 0 { execute(&manifest, args)? } else { crate::local::run(&manifest, args)? };

@@ -28,6 +28,14 @@ pub struct WorkerArgs {
     /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
+    /// Apply a final `float32` `image.normalize` here and send `float32` tensors. By default the
+    /// worker sends the `uint8` pixels (a quarter of the bytes) and the client applies it, with
+    /// the same tables and so the same bits.
+    #[arg(long)]
+    pub normalize_on_worker: bool,
+    /// Serve Prometheus metrics at `GET /metrics` on ADDR.
+    #[arg(long, env = "GRANARY_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Seconds a drain (SIGTERM) waits for the held leases before returning them.
     #[arg(long, default_value_t = 20.0)]
     pub drain_timeout: f64,
@@ -35,7 +43,8 @@ pub struct WorkerArgs {
 
 /// Runs `granary worker` until SIGTERM or Ctrl-C, then drains.
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
-    let engine = super::run::engine_options(args.threads, &args.prefetch_bytes)?;
+    let mut engine = super::run::engine_options(args.threads, &args.prefetch_bytes)?;
+    engine.defer_normalize = !args.normalize_on_worker;
     let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout)
         .map_err(|_| anyhow::anyhow!("--drain-timeout must be a number of seconds, 0 or more"))?;
     let config = WorkerConfig {
@@ -46,6 +55,7 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         engine,
         drain_timeout,
         leases_ahead: 2,
+        metrics_addr: args.metrics_addr,
     };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -9,7 +9,12 @@ use crate::commands::run::{RunArgs, RunSummary, engine_options};
 use std::process::ExitCode;
 use std::time::Duration;
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// How long workers may drain when `--serve` is stopped: external clients may still read.
+const DRAIN_GRACE: Duration = Duration::from_secs(20);
+/// How long workers may take to exit once the built-in consumer has finished.
+pub const END_OF_RUN_GRACE: Duration = Duration::from_secs(1);
+
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
@@ -21,6 +26,8 @@ fn options(args: &RunArgs, listen: std::net::SocketAddr) -> anyhow::Result<servi
         workers: args.workers,
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
+        normalize_on_worker: args.normalize_on_worker,
+        metrics_addr: args.metrics_addr,
     })
 }
 
@@ -33,7 +40,8 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = args.threads.unwrap_or((cores / args.workers.max(1) as usize).max(1));
         let result = consume::consume(&local.address.to_string(), &local.pipeline, args, threads).await;
-        local.stop().await;
+        // The only consumer is done: there is nothing left worth draining for.
+        local.stop(END_OF_RUN_GRACE).await;
         result
     })
 }
@@ -61,7 +69,7 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
                 }
             }
         }
-        local.stop().await;
+        local.stop(DRAIN_GRACE).await;
         Ok(ExitCode::SUCCESS)
     })
 }

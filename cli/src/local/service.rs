@@ -2,9 +2,12 @@
 
 use super::catalog::WorkerCatalog;
 use anyhow::Context;
+use granary_dispatcher::exposition::Exposition;
 use granary_dispatcher::{Dispatcher, DispatcherConfig, ProcessPool, WorkerPool};
+use granary_telemetry::MetricsServer;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// A running local service.
@@ -18,6 +21,7 @@ pub struct LocalService {
     /// The worker processes.
     pub pool: ProcessPool,
     stop: Option<oneshot::Sender<()>>,
+    stop_metrics: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -33,6 +37,10 @@ pub struct ServiceOptions {
     pub threads: Option<usize>,
     /// `--prefetch-bytes` for each worker.
     pub prefetch_bytes: String,
+    /// `--normalize-on-worker` for each worker.
+    pub normalize_on_worker: bool,
+    /// Serve the dispatcher's metrics at `GET /metrics` here.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl LocalService {
@@ -50,6 +58,14 @@ impl LocalService {
         let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         dispatcher.register(&pipeline, manifest).await?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let (stop_metrics, metrics_stopped) = oneshot::channel::<()>();
+        if let Some(addr) = options.metrics_addr {
+            let exposition = Arc::new(Exposition::new()?);
+            let server = MetricsServer::bind(addr, exposition.registry()).await?;
+            let d = dispatcher.clone();
+            let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
+            server.spawn(async move { drop(metrics_stopped.await) });
+        }
         let server = {
             let d = dispatcher.clone();
             tokio::spawn(async move {
@@ -72,9 +88,23 @@ impl LocalService {
             "--prefetch-bytes".to_string(),
             options.prefetch_bytes.clone(),
         ];
-        let mut pool = ProcessPool::new(program, args);
+        let mut args = args;
+        if options.normalize_on_worker {
+            args.push("--normalize-on-worker".to_string());
+        }
+        // Each worker would otherwise advertise, or serve metrics on, this process's address.
+        let mut pool =
+            ProcessPool::new(program, args).without_env(&["GRANARY_ADVERTISE", "GRANARY_METRICS_ADDR"]);
         pool.scale_to(options.workers).await?;
-        Ok(LocalService { dispatcher, address, pipeline, pool, stop: Some(stop), server })
+        Ok(LocalService {
+            dispatcher,
+            address,
+            pipeline,
+            pool,
+            stop: Some(stop),
+            stop_metrics: Some(stop_metrics),
+            server,
+        })
     }
 
     /// True once every job of the pipeline has all its declared consumers and they all
@@ -84,10 +114,11 @@ impl LocalService {
         !jobs.is_empty() && jobs.iter().all(|j| j.consumers >= j.declared && j.finished >= j.declared)
     }
 
-    /// Stops the workers (they drain) and the dispatcher.
-    pub async fn stop(mut self) {
-        self.pool.shutdown();
-        if let Some(stop) = self.stop.take() {
+    /// Stops the workers (they drain, for up to `grace`) and then the dispatcher, so that
+    /// draining workers can still give their leases back.
+    pub async fn stop(mut self, grace: Duration) {
+        self.pool.stop_within(grace).await;
+        for stop in [self.stop.take(), self.stop_metrics.take()].into_iter().flatten() {
             let _ = stop.send(());
         }
         let _ = self.server.await;

@@ -6,6 +6,7 @@
 //! with `NOT_FOUND` (a restarted dispatcher that forgot the worker) registers again with the same
 //! id and the leases held.
 
+use super::exposition::{Exposition, Totals};
 use super::leases::Leases;
 use super::metrics::{Counters, Inputs, Sampler};
 use super::producer::{Event, Producer, ProducerError, Sinks};
@@ -101,6 +102,7 @@ pub struct Agent {
     producers: Mutex<HashMap<String, Arc<Producer>>>,
     events: mpsc::UnboundedSender<Event>,
     identity: RwLock<Identity>,
+    exposition: Option<Arc<Exposition>>,
 }
 
 impl Agent {
@@ -110,6 +112,7 @@ impl Agent {
         config: AgentConfig,
         client: DispatcherClient<Channel>,
         queues: Arc<Queues>,
+        exposition: Option<Arc<Exposition>>,
     ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
         let (events, events_rx) = mpsc::unbounded_channel();
         let agent = Agent {
@@ -121,6 +124,7 @@ impl Agent {
             producers: Mutex::new(HashMap::new()),
             events,
             identity: RwLock::new(Identity { worker_id: String::new(), heartbeat: DEFAULT_HEARTBEAT }),
+            exposition,
         };
         (Arc::new(agent), events_rx)
     }
@@ -307,15 +311,24 @@ impl Agent {
     fn metrics(&self, sampler: &mut Sampler) -> WorkerMetrics {
         let stages = self.producers().values().map(|p| p.stage_source()).collect();
         let taken = self.queues.taken();
-        sampler.sample(Inputs {
-            elements_total: self.counters.elements.load(Ordering::Relaxed),
-            parts_total: taken.parts.load(Ordering::Relaxed),
-            bytes_total: taken.bytes.load(Ordering::Relaxed),
+        let totals = Totals {
+            elements: self.counters.elements.load(Ordering::Relaxed),
+            parts: taken.parts.load(Ordering::Relaxed),
+            bytes: taken.bytes.load(Ordering::Relaxed),
+        };
+        let sample = sampler.sample(Inputs {
+            elements_total: totals.elements,
+            parts_total: totals.parts,
+            bytes_total: totals.bytes,
             buffered: self.queues.buffered(),
             active_leases: self.leases.len(),
             cores: self.config.cores,
             stages,
-        })
+        });
+        if let Some(exposition) = &self.exposition {
+            exposition.observe(totals, &sample);
+        }
+        sample
     }
 
     /// Keeps up to `leases_ahead` splits computing until `stop`.

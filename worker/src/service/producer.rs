@@ -9,11 +9,11 @@
 use super::metrics::{Counters, StageSource};
 use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
-use crate::engine::{Engine, EngineError, EngineOptions};
+use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
 use crate::executor::{Execution, Output, StageTimes, Task};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
-use granary_proto::v1::{Lease, PipelineInfo, SplitEnd};
+use granary_proto::v1::{Lease, Normalize, PipelineInfo, SplitEnd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -144,6 +144,7 @@ impl Producer {
             pipeline: info.name.clone(),
             generation: info.generation,
             batch_size: 1,
+            deferred: None,
             sinks,
             inputs: Arc::clone(&inputs),
             stop: Arc::clone(&stop),
@@ -167,7 +168,8 @@ impl Producer {
                 if opened_tx.send(Ok(opened)).is_err() {
                     return;
                 }
-                let runner = Runner { batch_size: engine.batch_size(), ..runner };
+                let deferred = engine.deferred().map(|d| (d.field.clone(), normalize_message(d)));
+                let runner = Runner { batch_size: engine.batch_size(), deferred, ..runner };
                 runner.run(execution, &jobs_rx);
                 // The execution is dropped first, then the engine and its runtime, here.
             })
@@ -233,6 +235,8 @@ struct Runner {
     pipeline: String,
     generation: u64,
     batch_size: usize,
+    /// The image field whose final normalization the consumers apply, and its parameters.
+    deferred: Option<(String, Normalize)>,
     sinks: Sinks,
     inputs: SharedInputs,
     stop: Arc<AtomicBool>,
@@ -300,7 +304,12 @@ impl Runner {
 
     /// Queues a part for each of its consumers, waiting for room.
     fn push(&self, job: &Job, routed: Routed) {
-        let Routed { consumers, part } = routed;
+        let Routed { consumers, mut part } = routed;
+        if let Some((field, normalize)) = &self.deferred {
+            for tensor in part.tensors.iter_mut().filter(|t| t.name == *field) {
+                tensor.normalize = Some(normalize.clone());
+            }
+        }
         let last = consumers.len().saturating_sub(1);
         let mut part = Some(part);
         for (i, consumer) in consumers.into_iter().enumerate() {
@@ -376,5 +385,18 @@ impl Runner {
             leases,
             error: error.to_string(),
         });
+    }
+}
+
+/// The wire form of a normalization left to the consumers.
+fn normalize_message(deferred: &DeferredNormalize) -> Normalize {
+    Normalize {
+        mean: deferred.mean.to_vec(),
+        std: deferred.std.to_vec(),
+        layout: match deferred.layout {
+            granary_crds::ops::image::Layout::HWC => "HWC",
+            granary_crds::ops::image::Layout::CHW => "CHW",
+        }
+        .to_string(),
     }
 }

@@ -336,6 +336,7 @@ mod tests {
                 dtype: "uint8".into(),
                 shape: vec![1, 3],
                 data: bytes::Bytes::from_static(&[1, 2, 3]),
+                normalize: None,
             }],
         }
     }

@@ -86,7 +86,7 @@ impl Pieces {
         let mut shape = Vec::with_capacity(self.row_shape.len() + 1);
         shape.push(rows);
         shape.extend_from_slice(&self.row_shape);
-        Tensor { name: self.name, dtype: self.dtype, shape, data }
+        Tensor { name: self.name, dtype: self.dtype, shape, data, normalize: None }
     }
 }
 
@@ -303,7 +303,7 @@ fn gather(part: &mut PartState, columns: &[Column], keys: &[String], from: usize
 fn empty_tensor(name: &str, dtype: &str, row_shape: &[u64]) -> Tensor {
     let mut shape = vec![0];
     shape.extend_from_slice(row_shape);
-    Tensor { name: name.to_string(), dtype: dtype.to_string(), shape, data: Bytes::new() }
+    Tensor { name: name.to_string(), dtype: dtype.to_string(), shape, data: Bytes::new(), normalize: None }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use granary_crds::ops::image::{ImageDType, Layout, Normalize};
 
 const OP: &str = "image.normalize";
 
-/// Per-channel lookup tables: `lut[c][x]` is the `float32` output for value `x` of channel `c`.
-pub type Lut = [[f32; 256]; 3];
+use granary_kernels::normalize::{self as kernel, interleaved, planar};
+pub use granary_kernels::normalize::{Lut, lut};
 
 /// The final form of an image tensor: element type (with its tables for `float32`) and layout.
 #[derive(Clone, Debug)]
@@ -48,24 +48,20 @@ impl Form {
     /// right when `flip` is set.
     pub fn emit(&self, src: &[u8], h: usize, w: usize, flip: bool) -> Tensor {
         let data = match (&self.lut, self.layout) {
-            (None, Layout::HWC) => TensorData::U8(interleaved(src, w, flip, |p| *p)),
-            (None, Layout::CHW) => TensorData::U8(planar(src, w, flip, |x| x, |x| x, |x| x)),
-            (Some(lut), Layout::HWC) => {
-                let [l0, l1, l2] = &**lut;
-                TensorData::F32(interleaved(src, w, flip, |p| {
-                    [l0[usize::from(p[0])], l1[usize::from(p[1])], l2[usize::from(p[2])]]
-                }))
+            (None, Layout::HWC) => {
+                let mut out = Vec::new();
+                interleaved(src, w, flip, |p| *p, &mut out);
+                TensorData::U8(out)
             }
-            (Some(lut), Layout::CHW) => {
-                let [l0, l1, l2] = &**lut;
-                TensorData::F32(planar(
-                    src,
-                    w,
-                    flip,
-                    |x| l0[usize::from(x)],
-                    |x| l1[usize::from(x)],
-                    |x| l2[usize::from(x)],
-                ))
+            (None, Layout::CHW) => {
+                let mut out = Vec::new();
+                planar(src, w, flip, |x| x, |x| x, |x| x, &mut out);
+                TensorData::U8(out)
+            }
+            (Some(lut), layout) => {
+                let mut out = Vec::new();
+                kernel::normalize_into(src, w, lut, kernel_layout(layout), flip, &mut out);
+                TensorData::F32(out)
             }
         };
         Tensor { shape: self.shape(h, w), data }
@@ -74,6 +70,14 @@ impl Form {
     /// Whether converting to this form leaves the pixels as they are.
     fn is_identity(&self) -> bool {
         self.lut.is_none() && self.layout == Layout::HWC
+    }
+}
+
+/// The kernels' name for a spec layout.
+pub fn kernel_layout(layout: Layout) -> kernel::Layout {
+    match layout {
+        Layout::HWC => kernel::Layout::Hwc,
+        Layout::CHW => kernel::Layout::Chw,
     }
 }
 
@@ -88,71 +92,6 @@ impl NormalizeOp {
     /// The operator for `config`.
     pub fn new(config: &Normalize) -> NormalizeOp {
         NormalizeOp { form: Form::new(config), field: config.field.clone() }
-    }
-}
-
-/// The tables of `(x / 255 - mean[c]) / std[c]` for every `uint8` value `x`, each entry
-/// computed in `f64` and rounded once to `f32`, so that the output is the correctly rounded
-/// value of the formula (a straightforward `f32` computation is within a few ulp of it).
-pub fn lut(mean: [f32; 3], std: [f32; 3]) -> Lut {
-    let mut lut = [[0.0f32; 256]; 3];
-    for (c, table) in lut.iter_mut().enumerate() {
-        let (m, s) = (f64::from(mean[c]), f64::from(std[c]));
-        for (x, entry) in table.iter_mut().enumerate() {
-            *entry = ((x as f64 / 255.0 - m) / s) as f32;
-        }
-    }
-    lut
-}
-
-/// Maps each pixel of `src` (`[h, w, 3]` interleaved) through `f`, keeping the HWC order and
-/// reversing each row when `flip` is set. Writes each output value once (no zero-fill first).
-fn interleaved<T: Copy>(src: &[u8], w: usize, flip: bool, f: impl Fn(&[u8; 3]) -> [T; 3]) -> Vec<T> {
-    let mut out = Vec::with_capacity(src.len());
-    if w == 0 {
-        return out;
-    }
-    for row in src.chunks_exact(w * 3) {
-        let (pixels, _) = row.as_chunks::<3>();
-        if flip {
-            out.extend(pixels.iter().rev().flat_map(&f));
-        } else {
-            out.extend(pixels.iter().flat_map(&f));
-        }
-    }
-    out
-}
-
-/// Splits interleaved pixels into three planes (`[h, w, 3]` → `[3, h, w]`), mapping each
-/// channel's values through `fr`, `fg` and `fb` (generic, so that they inline) and reversing
-/// each row when `flip` is set. One plane at a time, each output value written once.
-fn planar<T: Copy>(
-    src: &[u8],
-    w: usize,
-    flip: bool,
-    fr: impl Fn(u8) -> T,
-    fg: impl Fn(u8) -> T,
-    fb: impl Fn(u8) -> T,
-) -> Vec<T> {
-    let (pixels, _) = src.as_chunks::<3>();
-    let mut out = Vec::with_capacity(pixels.len() * 3);
-    if w == 0 {
-        return out;
-    }
-    plane(&mut out, pixels, w, flip, 0, fr);
-    plane(&mut out, pixels, w, flip, 1, fg);
-    plane(&mut out, pixels, w, flip, 2, fb);
-    out
-}
-
-/// Appends channel `c` of `pixels` (rows of `w`) through `f` to `out`.
-fn plane<T>(out: &mut Vec<T>, pixels: &[[u8; 3]], w: usize, flip: bool, c: usize, f: impl Fn(u8) -> T) {
-    for row in pixels.chunks_exact(w) {
-        if flip {
-            out.extend(row.iter().rev().map(|p| f(p[c])));
-        } else {
-            out.extend(row.iter().map(|p| f(p[c])));
-        }
     }
 }
 

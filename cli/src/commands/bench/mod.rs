@@ -1,8 +1,12 @@
 //! `granary bench`: steady-state throughput of a pipeline, with the same-run ratios that make
 //! a figure comparable across machines: against a straightforward baseline (every image stage
-//! on its own, full-size decode) and against the decode-only limit of the fast path.
+//! on its own, full-size decode) and against the decode-only limit of the fast path. With
+//! `--workers N` it measures the served path instead: the local service read by one client over
+//! loopback, against the in-process engine.
 
-use super::run::{engine_options, load_or_report};
+mod served;
+
+use crate::commands::run::{engine_options, load_or_report};
 use anyhow::Context;
 use granary_crds::{Manifest, OpConfig};
 use granary_worker::{Engine, EngineOptions, ImagePath};
@@ -34,6 +38,14 @@ pub struct BenchArgs {
     /// Measure the fast path only, without the baseline and decode-only runs.
     #[arg(long)]
     pub fast_only: bool,
+    /// Serve the pipeline from this many local worker processes and read it over loopback gRPC,
+    /// and compare with the in-process engine (0: the in-process engine and its baselines only).
+    #[arg(long, default_value_t = 0)]
+    pub workers: u32,
+    /// With `--workers`: apply a final `float32` `image.normalize` on the workers and send
+    /// `float32` over the wire, instead of `uint8` finished by the client (the default).
+    #[arg(long, requires = "workers")]
+    pub normalize_on_worker: bool,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -74,6 +86,18 @@ struct Report {
     batch_size: usize,
     first_batch_seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    transport: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_workers: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mb_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire_mb_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_process_items_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_in_process: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     baseline_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_baseline: Option<f64>,
@@ -108,15 +132,20 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let fast = measure(&fast_engine, args).context("fast path")?;
     drop(fast_engine);
+    let served = match args.workers {
+        0 => None,
+        n => Some(served::measure(&manifest, args, n).context("served")?),
+    };
     let mut baseline = None;
     let mut limit = None;
-    if fused && !args.fast_only {
+    if fused && !args.fast_only && served.is_none() {
         let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options })?;
         baseline = Some(measure(&engine, args).context("baseline")?);
         drop(engine);
         let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options })?;
         limit = Some(measure(&engine, args).context("decode-only")?);
     }
+    let headline = served.map_or(fast, |s| s.measurement);
     let report = Report {
         system: "granary",
         pipeline: args
@@ -124,15 +153,21 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| manifest.pipeline.metadata.name.clone().unwrap_or_default()),
         config: args.config.clone().unwrap_or_else(|| config_label(&manifest)),
-        items_per_s: round2(fast.items_per_s),
+        items_per_s: round2(headline.items_per_s),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         batches: args.batches,
-        items: fast.items,
-        seconds: round3(fast.seconds),
+        items: headline.items,
+        seconds: round3(headline.seconds),
         loadavg_1m: loadavg(),
         threads: options.threads,
         batch_size,
-        first_batch_seconds: round3(fast.first_batch_seconds),
+        first_batch_seconds: round3(headline.first_batch_seconds),
+        transport: served.map(|_| "grpc-loopback"),
+        service_workers: served.map(|_| args.workers),
+        mb_per_s: served.map(|s| round2(s.mb_per_s)),
+        wire_mb_per_s: served.map(|s| round2(s.wire_mb_per_s)),
+        in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
+        vs_in_process: served.map(|s| round3(s.measurement.items_per_s / fast.items_per_s)),
         baseline_items_per_s: baseline.map(|b| round2(b.items_per_s)),
         vs_baseline: baseline.map(|b| round3(fast.items_per_s / b.items_per_s)),
         decode_only_items_per_s: limit.map(|l| round2(l.items_per_s)),
@@ -141,7 +176,19 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!("fast path     {:>9.1} items/s", fast.items_per_s);
+        let label = if served.is_some() { "in process" } else { "fast path" };
+        println!("{label:<13} {:>9.1} items/s", fast.items_per_s);
+        if let Some(s) = served {
+            println!(
+                "served        {:>9.1} items/s   {:.0} MB/s delivered, {:.0} MB/s on the wire, from {} \
+                 worker(s) over loopback = {:.2}× in process",
+                s.measurement.items_per_s,
+                s.mb_per_s,
+                s.wire_mb_per_s,
+                args.workers,
+                s.measurement.items_per_s / fast.items_per_s
+            );
+        }
         if let Some(b) = baseline {
             println!(
                 "baseline      {:>9.1} items/s   fast path = {:.2}× the baseline (full-size decode, one pass per stage)",
@@ -156,7 +203,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 fast.items_per_s / l.items_per_s
             );
         }
-        if !fused {
+        if !fused && served.is_none() {
             println!("(no fusable image stages: there is no separate baseline to compare with)");
         }
     }

@@ -1,0 +1,92 @@
+//! The dispatcher's Prometheus metrics (`granary run --metrics-addr`): per pipeline the workers
+//! registered, and per job its consumers, epoch and the trainers' step and wait times, read from
+//! the live state at each scrape.
+
+use crate::service::Dispatcher;
+use granary_telemetry::prometheus::{GaugeVec, Opts, Registry};
+
+/// The dispatcher's metrics in a registry of their own.
+pub struct Exposition {
+    registry: Registry,
+    workers: GaugeVec,
+    consumers: GaugeVec,
+    epoch: GaugeVec,
+    step: GaugeVec,
+    wait: GaugeVec,
+    rate: GaugeVec,
+}
+
+impl Exposition {
+    /// Registers every metric.
+    pub fn new() -> Result<Exposition, granary_telemetry::prometheus::Error> {
+        let registry = Registry::new();
+        let vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = GaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, granary_telemetry::prometheus::Error>(g)
+        };
+        let job = ["pipeline", "job"];
+        Ok(Exposition {
+            workers: vec(
+                "granary_dispatcher_workers",
+                "Workers registered for the pipeline.",
+                &["pipeline"],
+            )?,
+            consumers: vec("granary_dispatcher_consumers", "Consumers registered in the job.", &job)?,
+            epoch: vec("granary_dispatcher_job_epoch", "Epoch of the job's slowest consumer.", &job)?,
+            step: vec(
+                "granary_trainer_step_seconds",
+                "Mean seconds a trainer step takes outside the client (waiting excluded), job mean.",
+                &job,
+            )?,
+            wait: vec(
+                "granary_trainer_wait_seconds",
+                "Mean seconds a trainer waits for each batch, job mean.",
+                &job,
+            )?,
+            rate: vec(
+                "granary_trainer_batches_per_second",
+                "Batches the job's consumers take per second, all together.",
+                &job,
+            )?,
+            registry,
+        })
+    }
+
+    /// The registry to serve.
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    /// Reads the dispatcher's state into the gauges.
+    pub fn refresh(&self, dispatcher: &Dispatcher) {
+        for family in [&self.workers, &self.consumers, &self.epoch, &self.step, &self.wait, &self.rate] {
+            family.reset();
+        }
+        for pipeline in dispatcher.pipelines() {
+            let p = pipeline.as_str();
+            self.workers.with_label_values(&[p]).set(dispatcher.workers(p).len() as f64);
+            for job in dispatcher.progress(p) {
+                let labels = [p, job.job.as_str()];
+                self.consumers.with_label_values(&labels).set(f64::from(job.consumers));
+                self.epoch.with_label_values(&labels).set(f64::from(job.epoch));
+            }
+            let snapshot = dispatcher.snapshot(p);
+            let mut jobs: std::collections::BTreeMap<&str, (f64, f64, f64, u32)> = Default::default();
+            for (job, _, m) in &snapshot.consumers {
+                let entry = jobs.entry(job.as_str()).or_default();
+                entry.0 += m.step_seconds;
+                entry.1 += m.wait_seconds;
+                entry.2 += m.batches_per_second;
+                entry.3 += 1;
+            }
+            for (job, (step, wait, rate, n)) in jobs {
+                let labels = [p, job];
+                let n = f64::from(n.max(1));
+                self.step.with_label_values(&labels).set(step / n);
+                self.wait.with_label_values(&labels).set(wait / n);
+                self.rate.with_label_values(&labels).set(rate);
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! `--metrics-addr`: the dispatcher (`granary run --serve`) and a worker serve Prometheus
+//! metrics that follow a real run.
+
+use granary_e2e::*;
+use std::time::Duration;
+
+#[test]
+fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
+    let data = dataset(40, 8, 8, 1);
+    let dispatcher_metrics = format!("127.0.0.1:{}", free_port());
+    let d = start_dispatcher_with(
+        &data.manifest,
+        "127.0.0.1:0",
+        &data.dir.path().join("journal"),
+        &["--metrics-addr", &dispatcher_metrics],
+    );
+    let worker_metrics = format!("127.0.0.1:{}", free_port());
+    let _worker = start_worker_with(&d.address, &["--metrics-addr", &worker_metrics]);
+    // The consumer sleeps per step, so that its heartbeats report a step time while it runs.
+    let mut c = start_consumer(&d.address, &["--step-ms", "150"]);
+    c.collect(2, Duration::from_secs(60));
+    let body = scrape(&dispatcher_metrics);
+    assert_eq!(sample(&body, "granary_dispatcher_workers{pipeline=\"e2e\"}"), Some(1.0), "{body}");
+    assert_eq!(
+        sample(&body, "granary_dispatcher_consumers{job=\"e2e\",pipeline=\"e2e\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(c.finish(Duration::from_secs(60)), "consumer did not finish");
+    assert_exactly_once(&c.seen, &data.keys, 1);
+    let body = scrape(&dispatcher_metrics);
+    assert!(body.contains("# TYPE granary_trainer_step_seconds gauge"), "{body}");
+    // The worker refreshes its metrics with each heartbeat (every 500 ms).
+    let mut worker = scrape(&worker_metrics);
+    for _ in 0..50 {
+        if sample(&worker, "granary_worker_elements_produced_total").unwrap_or_default() >= 40.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        worker = scrape(&worker_metrics);
+    }
+    let produced = sample(&worker, "granary_worker_elements_produced_total").unwrap_or_default();
+    assert!(produced >= 40.0, "produced {produced}:\n{worker}");
+    assert!(sample(&worker, "granary_worker_sent_bytes_total").unwrap_or_default() > 0.0, "{worker}");
+    assert_eq!(sample(&worker, "granary_worker_cores"), Some(1.0), "{worker}");
+}

@@ -1,0 +1,157 @@
+//! Image normalization: per-channel lookup tables and the one-pass layout conversions.
+//!
+//! Every output value is a table entry, so any two places that build the table from the same
+//! `f32` mean and std produce the same bits.
+
+/// Per-channel lookup tables: `lut[c][x]` is the `float32` output for value `x` of channel `c`.
+pub type Lut = [[f32; 256]; 3];
+
+/// Axis order of an image tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `[height, width, channel]`: interleaved pixels.
+    Hwc,
+    /// `[channel, height, width]`: one plane per channel.
+    Chw,
+}
+
+/// The tables of `(x / 255 − mean[c]) / std[c]` for every `uint8` value `x`, each entry
+/// computed in `f64` and rounded once to `f32`, so that the output is the correctly rounded
+/// value of the formula (a straightforward `f32` computation is within a few ulp of it).
+pub fn lut(mean: [f32; 3], std: [f32; 3]) -> Lut {
+    let mut lut = [[0.0f32; 256]; 3];
+    for (c, table) in lut.iter_mut().enumerate() {
+        let (m, s) = (f64::from(mean[c]), f64::from(std[c]));
+        for (x, entry) in table.iter_mut().enumerate() {
+            *entry = ((x as f64 / 255.0 - m) / s) as f32;
+        }
+    }
+    lut
+}
+
+/// Appends the image `src` (`[h, w, 3]` interleaved RGB, rows of `w` pixels) to `out` as
+/// `float32` through `lut`, in `layout`, mirrored left to right when `flip` is set.
+pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: bool, out: &mut Vec<f32>) {
+    let [l0, l1, l2] = lut;
+    match layout {
+        Layout::Hwc => interleaved(
+            src,
+            w,
+            flip,
+            |p| [l0[usize::from(p[0])], l1[usize::from(p[1])], l2[usize::from(p[2])]],
+            out,
+        ),
+        Layout::Chw => {
+            planar(src, w, flip, |x| l0[usize::from(x)], |x| l1[usize::from(x)], |x| l2[usize::from(x)], out)
+        }
+    }
+}
+
+/// Appends each pixel of `src` (`[h, w, 3]` interleaved) mapped through `f` to `out`, keeping
+/// the HWC order and reversing each row when `flip` is set. Writes each output value once (no
+/// zero-fill first).
+pub fn interleaved<T: Copy>(
+    src: &[u8],
+    w: usize,
+    flip: bool,
+    f: impl Fn(&[u8; 3]) -> [T; 3],
+    out: &mut Vec<T>,
+) {
+    if w == 0 {
+        return;
+    }
+    out.reserve(src.len());
+    for row in src.chunks_exact(w * 3) {
+        let (pixels, _) = row.as_chunks::<3>();
+        if flip {
+            out.extend(pixels.iter().rev().flat_map(&f));
+        } else {
+            out.extend(pixels.iter().flat_map(&f));
+        }
+    }
+}
+
+/// Appends the interleaved pixels of `src` to `out` as three planes (`[h, w, 3]` → `[3, h, w]`),
+/// mapping each channel's values through `fr`, `fg` and `fb` (generic, so that they inline) and
+/// reversing each row when `flip` is set. One plane at a time, each output value written once.
+#[allow(clippy::too_many_arguments)]
+pub fn planar<T: Copy>(
+    src: &[u8],
+    w: usize,
+    flip: bool,
+    fr: impl Fn(u8) -> T,
+    fg: impl Fn(u8) -> T,
+    fb: impl Fn(u8) -> T,
+    out: &mut Vec<T>,
+) {
+    if w == 0 {
+        return;
+    }
+    let (pixels, _) = src.as_chunks::<3>();
+    out.reserve(pixels.len() * 3);
+    plane(out, pixels, w, flip, 0, fr);
+    plane(out, pixels, w, flip, 1, fg);
+    plane(out, pixels, w, flip, 2, fb);
+}
+
+/// Appends channel `c` of `pixels` (rows of `w`) through `f` to `out`.
+fn plane<T>(out: &mut Vec<T>, pixels: &[[u8; 3]], w: usize, flip: bool, c: usize, f: impl Fn(u8) -> T) {
+    for row in pixels.chunks_exact(w) {
+        if flip {
+            out.extend(row.iter().rev().map(|p| f(p[c])));
+        } else {
+            out.extend(row.iter().map(|p| f(p[c])));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+    const STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+    fn image(h: usize, w: usize) -> Vec<u8> {
+        (0..h * w * 3).map(|i| (i * 37 % 256) as u8).collect()
+    }
+
+    fn exact(x: u8, c: usize) -> f32 {
+        ((f64::from(x) / 255.0 - f64::from(MEAN[c])) / f64::from(STD[c])) as f32
+    }
+
+    #[test]
+    fn every_layout_and_flip_matches_the_formula() {
+        let (h, w) = (5, 7);
+        let src = image(h, w);
+        let table = lut(MEAN, STD);
+        for layout in [Layout::Hwc, Layout::Chw] {
+            for flip in [false, true] {
+                let mut out = vec![-1.0];
+                normalize_into(&src, w, &table, layout, flip, &mut out);
+                assert_eq!(out.len(), 1 + h * w * 3, "appends after what is there");
+                assert_eq!(out[0], -1.0);
+                for y in 0..h {
+                    for x in 0..w {
+                        let sx = if flip { w - 1 - x } else { x };
+                        for c in 0..3 {
+                            let at = match layout {
+                                Layout::Hwc => (y * w + x) * 3 + c,
+                                Layout::Chw => c * h * w + y * w + x,
+                            };
+                            let value = src[(y * w + sx) * 3 + c];
+                            assert_eq!(out[1 + at].to_bits(), exact(value, c).to_bits(), "{layout:?} {flip}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_images_append_nothing() {
+        let mut out = Vec::new();
+        normalize_into(&[], 0, &lut(MEAN, STD), Layout::Chw, true, &mut out);
+        assert!(out.is_empty());
+    }
+}
