@@ -37,6 +37,9 @@ enum Command {
     Demo(commands::demo::DemoArgs),
     /// Run a data-plane worker: lease splits from a dispatcher and stream batch parts to consumers.
     Worker(commands::worker::WorkerArgs),
+    /// Compare the autoscaling policies (granary, cachew, hpa) against the oracle on the
+    /// simulator's scenarios: a table of the four figures, JSON lines, decisions or plots.
+    Simulate(commands::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         }),
         Command::Demo(args) => commands::demo::demo(&args),
         Command::Worker(args) => commands::worker::worker(&args),
+        Command::Simulate(args) => commands::simulate::simulate(&args),
     };
     match result {
         Ok(code) => code,

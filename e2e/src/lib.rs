@@ -133,19 +133,21 @@ pub struct Dispatcher {
     pub proc: Proc,
     /// `host:port`.
     pub address: String,
+    /// The lines it prints after the ready line.
+    pub lines: std::sync::mpsc::Receiver<String>,
 }
 
 /// Starts the dispatcher on `listen` (port 0 picks one) and waits for its ready line.
 pub fn start_dispatcher(manifest: &Path, listen: &str, journal: &Path) -> Dispatcher {
-    start_dispatcher_with(manifest, listen, journal, &[])
+    start_dispatcher_with(manifest, listen, journal, &["--workers", "0"])
 }
 
-/// [`start_dispatcher`] with extra `granary run` flags.
+/// `granary run MANIFEST --serve LISTEN --journal JOURNAL EXTRA…`, once it printed its ready line.
 pub fn start_dispatcher_with(manifest: &Path, listen: &str, journal: &Path, extra: &[&str]) -> Dispatcher {
     let mut child = Command::new(granary_bin())
         .arg("run")
         .arg(manifest)
-        .args(["--workers", "0", "--serve", listen, "--journal"])
+        .args(["--serve", listen, "--journal"])
         .arg(journal)
         .args(extra)
         .stdout(Stdio::piped())
@@ -155,15 +157,18 @@ pub fn start_dispatcher_with(manifest: &Path, listen: &str, journal: &Path, extr
     let proc = Proc { child };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
     });
     let line =
         rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its address within 60 s");
     let v: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
     let address = v["dispatcher"].as_str().expect("dispatcher address").to_string();
-    Dispatcher { proc, address }
+    Dispatcher { proc, address, lines: rx }
 }
 
 /// Starts a worker process.

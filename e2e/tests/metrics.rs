@@ -12,7 +12,7 @@ fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
         &data.manifest,
         "127.0.0.1:0",
         &data.dir.path().join("journal"),
-        &["--metrics-addr", &dispatcher_metrics],
+        &["--workers", "0", "--metrics-addr", &dispatcher_metrics],
     );
     let worker_metrics = format!("127.0.0.1:{}", free_port());
     let _worker = start_worker_with(&d.address, &["--metrics-addr", &worker_metrics]);

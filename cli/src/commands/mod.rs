@@ -2,5 +2,6 @@ pub mod bench;
 pub mod crd;
 pub mod demo;
 pub mod run;
+pub mod simulate;
 pub mod validate;
 pub mod worker;

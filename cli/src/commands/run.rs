@@ -36,10 +36,15 @@ pub struct RunArgs {
     /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     pub set: Vec<String>,
-    /// Worker processes of the local service (dispatcher in this process); 0 runs the engine in
-    /// this process instead.
-    #[arg(long, default_value_t = 1)]
-    pub workers: u32,
+    /// Worker processes of the local service (dispatcher in this process), a fixed count; 0 runs
+    /// the engine in this process instead. Default: as `spec.scaling` says. With `policy: auto`
+    /// (the default) the autoscaler sizes the pool between `minWorkers` and `maxWorkers` (here
+    /// at most the number of cores unless the spec sets it); with `fixed`, `replicas`.
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// Seconds between autoscaling evaluations.
+    #[arg(long, default_value_t = 5.0)]
+    pub policy_period: f64,
     /// Serve the dispatcher API at ADDR for external clients instead of consuming; prints
     /// `{"dispatcher":"HOST:PORT","pipeline":NAME}` once ready and runs until SIGTERM.
     #[arg(long, value_name = "ADDR")]
@@ -99,6 +104,9 @@ pub struct RunSummary {
     pub threads: usize,
     /// Per-epoch figures.
     pub epochs: Vec<EpochSummary>,
+    /// What the autoscaler did, when it sized the pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<granary_dispatcher::autoscaler::ScalingReport>,
 }
 
 impl EpochSummary {
@@ -122,6 +130,7 @@ impl RunSummary {
             peak_rss_bytes: None,
             threads,
             epochs: Vec::new(),
+            scaling: None,
         }
     }
 
@@ -174,14 +183,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.serve.is_some() {
         return crate::local::serve(&manifest, args);
     }
-    if args.workers == 0 && args.metrics_addr.is_some() {
+    if args.workers == Some(0) && args.serve.is_none() && args.metrics_addr.is_some() {
         anyhow::bail!(
             "--metrics-addr (or GRANARY_METRICS_ADDR) serves the dispatcher's metrics, and --workers 0 runs \
              without one: use --workers 1 or more, or --serve, or unset it"
         );
     }
     let summary =
-        if args.workers == 0 { execute(&manifest, args)? } else { crate::local::run(&manifest, args)? };
+        if args.workers == Some(0) { execute(&manifest, args)? } else { crate::local::run(&manifest, args)? };
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -308,5 +317,16 @@ pub fn print_summary(s: &RunSummary) {
             e.seconds,
             e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
         );
+    }
+    if let Some(scaling) = &s.scaling {
+        println!(
+            "  autoscaler: {} workers at the end, {:.0} worker-seconds, {} changes",
+            scaling.desired,
+            scaling.worker_seconds,
+            scaling.decisions.len()
+        );
+        for d in &scaling.decisions {
+            println!("    {:>6.1} s: {} → {} workers: {}", d.at_s, d.from, d.to, d.reason);
+        }
     }
 }

@@ -18,12 +18,47 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-fn options(args: &RunArgs, listen: std::net::SocketAddr) -> anyhow::Result<service::ServiceOptions> {
+/// How many workers to run: `--workers N` when given, else what `spec.scaling` says. An
+/// autoscaled local pool is bounded by `maxWorkers`, or by the number of cores when the spec
+/// leaves it open (more one-thread workers than cores add no compute on one machine).
+pub fn sizing(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<service::Sizing> {
+    use granary_crds::ScalingPolicy;
+    if let Some(n) = args.workers {
+        return Ok(service::Sizing::Fixed(n));
+    }
+    let spec = &manifest.pipeline.spec;
+    let scaling = spec.scaling.clone().unwrap_or_default();
+    if scaling.policy == ScalingPolicy::Fixed {
+        return Ok(service::Sizing::Fixed(scaling.replicas.unwrap_or(1)));
+    }
+    let period = std::time::Duration::try_from_secs_f64(args.policy_period)
+        .ok()
+        .filter(|p| !p.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--policy-period must be a positive number of seconds"))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let min = scaling.min_workers.unwrap_or(1);
+    Ok(service::Sizing::Auto {
+        pool: granary_policies::PoolConfig {
+            min_workers: min,
+            max_workers: scaling.max_workers.unwrap_or(cores).max(min),
+            elements_per_batch: spec.batch.size,
+            worker_cost_per_hour: scaling.worker_cost_per_hour,
+            trainer_cost_per_hour: scaling.trainer_cost_per_hour,
+        },
+        period,
+    })
+}
+
+fn options(
+    manifest: &granary_crds::Manifest,
+    args: &RunArgs,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<service::ServiceOptions> {
     engine_options(args.threads, &args.prefetch_bytes)?;
     Ok(service::ServiceOptions {
         listen,
         journal: args.journal.clone(),
-        workers: args.workers,
+        sizing: sizing(manifest, args)?,
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
         normalize_on_worker: args.normalize_on_worker,
@@ -35,14 +70,14 @@ fn options(args: &RunArgs, listen: std::net::SocketAddr) -> anyhow::Result<servi
 pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
     let rt = runtime()?;
     rt.block_on(async {
-        let local =
-            service::LocalService::start(manifest, &options(args, ([127, 0, 0, 1], 0).into())?).await?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = args.threads.unwrap_or((cores / args.workers.max(1) as usize).max(1));
+        let options = options(manifest, args, ([127, 0, 0, 1], 0).into())?;
+        let local = service::LocalService::start(manifest, &options).await?;
+        let threads = options.worker_threads();
         let result = consume::consume(&local.address.to_string(), &local.pipeline, args, threads).await;
+        let scaling = local.scaling().map(|s| s.report());
         // The only consumer is done: there is nothing left worth draining for.
         local.stop(END_OF_RUN_GRACE).await;
-        result
+        result.map(|summary| RunSummary { scaling, ..summary })
     })
 }
 
@@ -51,7 +86,7 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
     let listen = args.serve.unwrap_or_else(|| ([127, 0, 0, 1], 0).into());
     let rt = runtime()?;
     rt.block_on(async {
-        let local = service::LocalService::start(manifest, &options(args, listen)?).await?;
+        let local = service::LocalService::start(manifest, &options(manifest, args, listen)?).await?;
         println!(
             "{}",
             serde_json::json!({"dispatcher": local.address.to_string(), "pipeline": local.pipeline})
@@ -69,7 +104,12 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
                 }
             }
         }
+        let scaling = local.scaling().map(|s| s.report());
         local.stop(DRAIN_GRACE).await;
+        if let Some(scaling) = scaling {
+            // What the autoscaler did, for whoever started the service.
+            println!("{}", serde_json::json!({ "scaling": scaling }));
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

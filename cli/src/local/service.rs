@@ -1,14 +1,42 @@
-//! Starting the local service: dispatcher, registration, and the worker processes.
+//! Starting the local service: dispatcher, registration, the worker processes and, when the pool
+//! is sized automatically, the autoscaler.
 
 use super::catalog::WorkerCatalog;
 use anyhow::Context;
+use granary_dispatcher::autoscaler::{Autoscaler, Scaling, SharedPool};
 use granary_dispatcher::exposition::Exposition;
 use granary_dispatcher::{Dispatcher, DispatcherConfig, ProcessPool, WorkerPool};
+use granary_policies::{GranaryConfig, GranaryPolicy, PoolConfig};
 use granary_telemetry::MetricsServer;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How many workers the local service runs.
+#[derive(Clone, Debug)]
+pub enum Sizing {
+    /// Exactly this many.
+    Fixed(u32),
+    /// Between the bounds of `pool`, as the autoscaler decides every `period`, starting at the
+    /// lower bound.
+    Auto {
+        /// Bounds, batch size and prices.
+        pool: PoolConfig,
+        /// How often the policy evaluates.
+        period: Duration,
+    },
+}
+
+impl Sizing {
+    /// Workers to start with.
+    pub fn initial(&self) -> u32 {
+        match self {
+            Sizing::Fixed(n) => *n,
+            Sizing::Auto { pool, .. } => pool.lower(),
+        }
+    }
+}
 
 /// A running local service.
 pub struct LocalService {
@@ -18,10 +46,9 @@ pub struct LocalService {
     pub address: SocketAddr,
     /// The pipeline's name.
     pub pipeline: String,
-    /// The worker processes.
-    pub pool: ProcessPool,
-    stop: Option<oneshot::Sender<()>>,
-    stop_metrics: Option<oneshot::Sender<()>>,
+    pool: Arc<tokio::sync::Mutex<ProcessPool>>,
+    scaling: Option<Scaling>,
+    stops: Vec<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -31,9 +58,10 @@ pub struct ServiceOptions {
     pub listen: SocketAddr,
     /// Journal URL or path.
     pub journal: Option<String>,
-    /// Worker processes to start.
-    pub workers: u32,
-    /// Compute threads per worker (default: cores / workers).
+    /// Worker processes to run.
+    pub sizing: Sizing,
+    /// Compute threads per worker (default: cores / workers for a fixed count, 1 for an
+    /// autoscaled pool, whose unit is one worker process on one core).
     pub threads: Option<usize>,
     /// `--prefetch-bytes` for each worker.
     pub prefetch_bytes: String,
@@ -43,8 +71,19 @@ pub struct ServiceOptions {
     pub metrics_addr: Option<SocketAddr>,
 }
 
+impl ServiceOptions {
+    /// Compute threads each worker process runs.
+    pub fn worker_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.unwrap_or(match self.sizing {
+            Sizing::Fixed(n) => (cores / n.max(1) as usize).max(1),
+            Sizing::Auto { .. } => 1,
+        })
+    }
+}
+
 impl LocalService {
-    /// Starts the dispatcher, registers `manifest`, and starts the workers.
+    /// Starts the dispatcher, registers `manifest`, and starts the workers (and the autoscaler).
     pub async fn start(
         manifest: &granary_crds::Manifest,
         options: &ServiceOptions,
@@ -57,15 +96,17 @@ impl LocalService {
         let address = listener.local_addr()?;
         let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         dispatcher.register(&pipeline, manifest).await?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (stop_metrics, metrics_stopped) = oneshot::channel::<()>();
+        let mut stops = Vec::new();
         if let Some(addr) = options.metrics_addr {
             let exposition = Arc::new(Exposition::new()?);
             let server = MetricsServer::bind(addr, exposition.registry()).await?;
             let d = dispatcher.clone();
             let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
-            server.spawn(async move { drop(metrics_stopped.await) });
+            let (stop, stopped) = oneshot::channel::<()>();
+            server.spawn(async move { drop(stopped.await) });
+            stops.push(stop);
         }
+        let (stop, stopped) = oneshot::channel::<()>();
         let server = {
             let d = dispatcher.clone();
             tokio::spawn(async move {
@@ -74,37 +115,54 @@ impl LocalService {
                 }
             })
         };
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = options.threads.unwrap_or((cores / options.workers.max(1) as usize).max(1));
+        stops.push(stop);
         let program = std::env::current_exe().context("cannot find the granary binary to start workers")?;
-        let args = vec![
+        let mut args = vec![
             "worker".to_string(),
             "--dispatcher".to_string(),
             address.to_string(),
             "--pipeline".to_string(),
             pipeline.clone(),
             "--threads".to_string(),
-            threads.to_string(),
+            options.worker_threads().to_string(),
             "--prefetch-bytes".to_string(),
             options.prefetch_bytes.clone(),
         ];
-        let mut args = args;
         if options.normalize_on_worker {
             args.push("--normalize-on-worker".to_string());
         }
         // Each worker would otherwise advertise, or serve metrics on, this process's address.
         let mut pool =
             ProcessPool::new(program, args).without_env(&["GRANARY_ADVERTISE", "GRANARY_METRICS_ADDR"]);
-        pool.scale_to(options.workers).await?;
-        Ok(LocalService {
-            dispatcher,
-            address,
-            pipeline,
-            pool,
-            stop: Some(stop),
-            stop_metrics: Some(stop_metrics),
-            server,
-        })
+        pool.scale_to(options.sizing.initial()).await?;
+        let pool = Arc::new(tokio::sync::Mutex::new(pool));
+        let scaling = match &options.sizing {
+            Sizing::Fixed(_) => None,
+            Sizing::Auto { pool: bounds, period } => {
+                let shared: SharedPool = pool.clone();
+                let policy = GranaryPolicy::new(GranaryConfig::for_period(period.as_secs_f64()));
+                let autoscaler = Autoscaler::new(
+                    dispatcher.clone(),
+                    &pipeline,
+                    Box::new(policy),
+                    shared,
+                    bounds.clone(),
+                    *period,
+                    bounds.lower(),
+                );
+                let scaling = autoscaler.scaling();
+                let (stop, stopped) = oneshot::channel::<()>();
+                tokio::spawn(autoscaler.run(async move { drop(stopped.await) }));
+                stops.insert(0, stop);
+                Some(scaling)
+            }
+        };
+        Ok(LocalService { dispatcher, address, pipeline, pool, scaling, stops, server })
+    }
+
+    /// The autoscaler's report, when the pool is sized automatically.
+    pub fn scaling(&self) -> Option<Scaling> {
+        self.scaling.clone()
     }
 
     /// True once every job of the pipeline has all its declared consumers and they all
@@ -114,11 +172,17 @@ impl LocalService {
         !jobs.is_empty() && jobs.iter().all(|j| j.consumers >= j.declared && j.finished >= j.declared)
     }
 
-    /// Stops the workers (they drain, for up to `grace`) and then the dispatcher, so that
-    /// draining workers can still give their leases back.
+    /// Stops the autoscaler, then the workers (they drain, for up to `grace`), then the
+    /// dispatcher, so that draining workers can still give their leases back.
     pub async fn stop(mut self, grace: Duration) {
-        self.pool.stop_within(grace).await;
-        for stop in [self.stop.take(), self.stop_metrics.take()].into_iter().flatten() {
+        let mut stops = std::mem::take(&mut self.stops).into_iter();
+        if self.scaling.is_some()
+            && let Some(autoscaler) = stops.next()
+        {
+            let _ = autoscaler.send(());
+        }
+        self.pool.lock().await.stop_within(grace).await;
+        for stop in stops {
             let _ = stop.send(());
         }
         let _ = self.server.await;

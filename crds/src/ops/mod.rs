@@ -6,6 +6,7 @@
 
 pub mod image;
 pub mod table;
+pub mod test;
 pub mod text;
 
 use crate::{Problem, StageSpec};
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 pub use self::image::{CenterCrop, Decode, Flip, ImageDType, Layout, Normalize, RandomResizedCrop, Resize};
 pub use self::table::{Cast, Select};
+pub use self::test::Sleep;
 pub use self::text::{Tokenize, TruncatePad};
 
 /// A parsed stage: the operator and its typed fields.
@@ -39,6 +41,8 @@ pub enum OpConfig {
     TableSelect(Select),
     /// `table.cast`
     TableCast(Cast),
+    /// `test.sleep`
+    TestSleep(Sleep),
 }
 
 /// What the registry knows of one operator.
@@ -85,6 +89,7 @@ pub const OPS: &[OpInfo] = &[
     },
     OpInfo { name: "table.select", deterministic: true, parse: |v| typed(v).map(OpConfig::TableSelect) },
     OpInfo { name: "table.cast", deterministic: true, parse: |v| typed(v).map(OpConfig::TableCast) },
+    OpInfo { name: "test.sleep", deterministic: true, parse: |v| typed(v).map(OpConfig::TestSleep) },
 ];
 
 /// The registry entry for `op`, if it names a built-in operator.
@@ -128,6 +133,7 @@ impl OpConfig {
             OpConfig::TextTruncatePad(_) => "text.truncate_pad",
             OpConfig::TableSelect(_) => "table.select",
             OpConfig::TableCast(_) => "table.cast",
+            OpConfig::TestSleep(_) => "test.sleep",
         }
     }
 
@@ -149,6 +155,7 @@ impl OpConfig {
             OpConfig::TextTruncatePad(c) => c.check(path, problems),
             OpConfig::TableSelect(c) => c.check(path, problems),
             OpConfig::TableCast(c) => c.check(path, problems),
+            OpConfig::TestSleep(c) => c.check(path, problems),
         }
     }
 }

@@ -170,6 +170,10 @@ pub struct JobProgress {
     pub finished: u32,
     /// The slowest consumer's epoch.
     pub epoch: u32,
+    /// Distributed or replicated.
+    pub mode: Mode,
+    /// Batches each consumer gets per epoch (about: the last round may be split).
+    pub batches_per_epoch: u64,
 }
 
 /// The whole dispatcher state.
@@ -287,6 +291,17 @@ impl State {
                 declared: job.settings.consumers,
                 finished: job.consumers.values().filter(|c| c.finished).count() as u32,
                 epoch: job.slowest_epoch(p.facts.epochs),
+                mode: job.mode,
+                batches_per_epoch: {
+                    let elements: u64 = job.settings.counts.iter().sum();
+                    let batches = elements.div_ceil(job.settings.batch.max(1));
+                    let sharing = if job.mode == Mode::Replicated {
+                        1
+                    } else {
+                        u64::from(job.settings.consumers.max(1))
+                    };
+                    batches.div_ceil(sharing)
+                },
             })
             .collect()
     }

@@ -32,6 +32,11 @@ struct Args {
     /// Milliseconds of "training step" after each batch.
     #[arg(long, default_value_t = 0)]
     step_ms: u64,
+    /// After `--slow-after` batches, take this many milliseconds per step instead.
+    #[arg(long, requires = "slow_after")]
+    slow_step_ms: Option<u64>,
+    #[arg(long)]
+    slow_after: Option<u64>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -59,8 +64,12 @@ async fn main() -> anyhow::Result<()> {
             serde_json::json!({"epoch": batch.epoch, "slot": batch.slot, "keys": batch.keys})
         )?;
         out.flush()?;
-        if args.step_ms > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(args.step_ms)).await;
+        let step = match (args.slow_step_ms, args.slow_after) {
+            (Some(slow), Some(after)) if n >= after => slow,
+            _ => args.step_ms,
+        };
+        if step > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(step)).await;
         }
         n += 1;
         if args.stop_after == Some(n) {

@@ -3,6 +3,7 @@
 
 pub mod image;
 pub mod table;
+pub mod test;
 pub mod text;
 
 use crate::element::Element;
@@ -58,5 +59,6 @@ pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>,
         OpConfig::TextTruncatePad(c) => Box::new(text::truncate_pad::TruncatePadOp::new(c)),
         OpConfig::TableSelect(c) => Box::new(table::select::SelectOp::new(c)),
         OpConfig::TableCast(c) => Box::new(table::cast::CastOp::new(c)),
+        OpConfig::TestSleep(c) => Box::new(test::sleep::SleepOp::new(c)),
     })
 }

@@ -31,7 +31,7 @@ pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::R
     let options = service::ServiceOptions {
         listen: ([127, 0, 0, 1], 0).into(),
         journal: None,
-        workers,
+        sizing: service::Sizing::Fixed(workers),
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
         normalize_on_worker: args.normalize_on_worker,

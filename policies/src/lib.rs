@@ -1,0 +1,58 @@
+//! Autoscaling policies for Granary's worker pools, as pure, deterministic functions of observed
+//! metrics, with two baselines and a simulator to compare them against an oracle.
+//!
+//! No I/O, no clocks, no threads: time arrives as [`Observation::now_s`], and the same sequence
+//! of observations always gives the same decisions. The dispatcher builds an [`Observation`] per
+//! pool from its latest worker and client metrics, calls [`Policy::observe`], and scales the pool
+//! to [`Decision::target`]; the reason goes to status, Events and logs.
+//!
+//! # The Granary policy
+//!
+//! * **Demand** `D` (batches/s): the sum over jobs of what their consumers would take if they
+//!   never waited. A distributed job's consumers are data-parallel peers at their mean step
+//!   time, so the job needs `consumers / step_seconds`; a replicated job needs `1 / step_seconds`.
+//! * **Supply per worker** `r`: the measured output per worker while the workers are the
+//!   bottleneck (buffers under half full). Otherwise it is `cores / (Σ stage seconds_per_element ×
+//!   batch size)`, or the output scaled to all cores by the CPU in use.
+//! * **Needed** `n = ceil(D × headroom / r)` (headroom 1.02), within bounds. With both prices
+//!   set, the count of least cost per batch instead, `argmin (C_trainers + n·c_worker) /
+//!   min(n·r, D)`, which is `n` or `n − 1` (see [`granary::cost`]).
+//! * **Noise**: `D` and `r` are means over the last 12 observations. A shift by more than a
+//!   factor of `max(1.4, e^(3·cv))`, confirmed twice, restarts the window. With
+//!   `band = max(3%, 3 × relative standard error)`, scale up to the model's count when even
+//!   `D × (1 − band)` needs more workers, or when the count is short and the trainers keep
+//!   waiting. Scale down only to the count for `D × (1 + band)`.
+//! * **Evidence**: after the running count has equalled the desired count for 15 s, trainers
+//!   who keep waiting 3 points more than the model expects get `ceil(n × (1 − expected) /
+//!   (1 − wait))` workers (at least `n + 1`; with prices, one more only if it pays), kept as a
+//!   floor. Scale down only while trainers wait under 1% and worker buffers are over 75% full;
+//!   never scale up while trainers never wait and buffers are not draining.
+//! * **Start-up**: while fewer workers run than were asked for, hold (up to 600 s).
+//! * **Cooldown**: no reversal of direction within 120 s and 20 evaluations of a change.
+//!
+//! # Baselines
+//!
+//! [`cachew::CachewPolicy`] (Cachew's incremental rule) and [`hpa::HpaPolicy`] (Kubernetes HPA at
+//! 80% CPU). [`simulate`] runs all of them and the oracle on the named scenarios; [`report`]
+//! renders the figures. The full write-up is `docs/autoscaling.md`.
+
+#![warn(missing_docs)]
+
+pub mod cachew;
+pub mod decision;
+pub mod error;
+pub mod estimate;
+pub mod granary;
+pub mod hpa;
+pub mod inputs;
+pub mod policy;
+pub mod report;
+pub mod simulate;
+mod window;
+
+pub use decision::{Decision, DecisionKind};
+pub use error::Error;
+pub use granary::{GranaryConfig, GranaryPolicy};
+pub use inputs::{ConsumerMetrics, JobMetrics, JobMode, Observation, PoolConfig, StageTime, WorkerMetrics};
+pub use policy::{Policy, PolicyKind};
+pub use report::Row;

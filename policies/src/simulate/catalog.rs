@@ -1,0 +1,150 @@
+//! The named scenarios. Every one runs an ImageNet-like pipeline (decode, crop, normalize: 2.3
+//! CPU seconds per 256-element batch, 8 cores per worker, so one worker makes 3.47 batches/s) and
+//! is sized so that the oracle's count is between 1 and 6.
+
+use super::scenario::{JobSpec, Phase, Scenario, StageSpec};
+use crate::error::Error;
+use crate::inputs::{JobMode, PoolConfig};
+
+/// Elements per batch in every scenario.
+const BATCH: u32 = 256;
+
+fn job(name: &str, consumers: u32, batches: u64) -> JobSpec {
+    JobSpec {
+        name: name.to_string(),
+        consumers,
+        mode: JobMode::Distributed,
+        batches,
+        batches_per_epoch: 5000,
+    }
+}
+
+fn phase(start_s: f64, step_seconds: &[f64]) -> Phase {
+    Phase { start_s, step_seconds: step_seconds.to_vec() }
+}
+
+fn stage(name: &str, ms_per_element: f64) -> StageSpec {
+    StageSpec { name: name.to_string(), cpu_seconds_per_batch: ms_per_element / 1000.0 * f64::from(BATCH) }
+}
+
+/// The common base: one job of two consumers at 0.13 s per step (15.4 batches/s, oracle 5), one
+/// worker running, 15 s start-up, 3% noise.
+fn base(name: &str, description: &str) -> Scenario {
+    Scenario {
+        name: name.to_string(),
+        description: description.to_string(),
+        jobs: vec![job("train", 2, 20_000)],
+        phases: vec![phase(0.0, &[0.13])],
+        stages: vec![
+            stage("image.decode", 6.0),
+            stage("image.random_resized_crop", 2.0),
+            stage("image.normalize", 1.0),
+        ],
+        elements_per_batch: BATCH,
+        cores_per_worker: 8,
+        startup_delay_s: 15.0,
+        buffer_parts_per_worker: 8,
+        prefetch_batches: 4,
+        noise: 0.03,
+        seed: 7,
+        initial_workers: 1,
+        config: PoolConfig {
+            min_workers: 1,
+            max_workers: 16,
+            elements_per_batch: BATCH,
+            worker_cost_per_hour: None,
+            trainer_cost_per_hour: None,
+        },
+        tick_s: 1.0,
+        policy_period_s: 5.0,
+        max_duration_s: 20_000.0,
+    }
+}
+
+/// Every scenario, in report order.
+pub fn all() -> Vec<Scenario> {
+    let steady = base("steady", "one job, constant demand of 15.4 batches/s (oracle 5)");
+
+    let mut double = base("demand-double", "demand doubles at 600 s: 7.7 → 15.4 batches/s (oracle 3 → 5)");
+    double.jobs[0].batches = 15_500;
+    double.phases = vec![phase(0.0, &[0.26]), phase(600.0, &[0.13])];
+
+    let mut half = base("demand-half", "demand halves at 600 s: 18.2 → 9.1 batches/s (oracle 6 → 3)");
+    half.jobs[0].batches = 19_000;
+    half.phases = vec![phase(0.0, &[0.11]), phase(600.0, &[0.22])];
+
+    let mut noisy = base("noisy", "steady demand with ±20% noise on every metric");
+    noisy.noise = 0.2;
+
+    let mut slow = base("slow-start", "steady demand, workers take 120 s to start");
+    slow.startup_delay_s = 120.0;
+
+    let mut two = base("two-jobs", "two jobs share the pool: 10 + 5 batches/s (oracle 5)");
+    two.jobs = vec![job("a", 2, 13_000), job("b", 1, 6_500)];
+    two.phases = vec![phase(0.0, &[0.2, 0.2])];
+
+    let mut compute = base("compute-bound", "slow trainer, 2 batches/s, starting with 4 workers (oracle 1)");
+    compute.jobs[0] = job("train", 1, 2_400);
+    compute.phases = vec![phase(0.0, &[0.5])];
+    compute.initial_workers = 4;
+
+    let mut above = base("above-max", "demand of 20 batches/s needs 6 workers, max_workers is 4 (oracle 4)");
+    above.phases = vec![phase(0.0, &[0.1])];
+    above.config.max_workers = 4;
+
+    let mut cost = base(
+        "cost-aware",
+        "14.4 batches/s needs 4.15 workers; at $1/h per worker and $2/h per trainer the 5th does not pay (oracle 4)",
+    );
+    cost.jobs[0] = job("train", 1, 20_000);
+    cost.phases = vec![phase(0.0, &[1.0 / 14.4])];
+    cost.config.worker_cost_per_hour = Some(1.0);
+    cost.config.trainer_cost_per_hour = Some(2.0);
+
+    vec![steady, double, half, noisy, slow, two, compute, above, cost]
+}
+
+/// Names of all scenarios.
+pub fn names() -> Vec<String> {
+    all().into_iter().map(|s| s.name).collect()
+}
+
+/// The scenario called `name`.
+pub fn named(name: &str) -> Result<Scenario, Error> {
+    all()
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| Error::UnknownScenario(name.to_string(), names().join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oracle_counts_are_meaningful() {
+        let oracle: Vec<(String, Vec<u32>)> = all()
+            .iter()
+            .map(|s| (s.name.clone(), (0..s.phases.len()).map(|p| s.phase_oracle(p)).collect()))
+            .collect();
+        let expect = [
+            ("steady", vec![5]),
+            ("demand-double", vec![3, 5]),
+            ("demand-half", vec![6, 3]),
+            ("noisy", vec![5]),
+            ("slow-start", vec![5]),
+            ("two-jobs", vec![5]),
+            ("compute-bound", vec![1]),
+            ("above-max", vec![4]),
+            ("cost-aware", vec![4]),
+        ];
+        let expect: Vec<(String, Vec<u32>)> = expect.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        assert_eq!(oracle, expect);
+    }
+
+    #[test]
+    fn lookup_by_name() {
+        assert!(named("steady").is_ok());
+        assert!(named("nope").is_err());
+    }
+}

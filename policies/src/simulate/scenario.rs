@@ -1,0 +1,146 @@
+//! A simulated workload: jobs and their trainers' step times over time, the pipeline's cost, the
+//! worker pool's properties, and the bounds and prices.
+
+use serde::{Deserialize, Serialize};
+
+use crate::granary::cost;
+use crate::inputs::{JobMode, PoolConfig};
+use crate::policy::count_at_least;
+
+/// One stage of the pipeline and its CPU cost per batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageSpec {
+    /// Stage name.
+    pub name: String,
+    /// CPU seconds one batch costs in this stage.
+    pub cpu_seconds_per_batch: f64,
+}
+
+/// One job reading from the pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Job name.
+    pub name: String,
+    /// Its consumers (data-parallel peers when distributed).
+    pub consumers: u32,
+    /// Distributed or replicated.
+    pub mode: JobMode,
+    /// Batches the job consumes before it is done.
+    pub batches: u64,
+    /// Batches in one epoch.
+    pub batches_per_epoch: u64,
+}
+
+/// From `start_s` on, each job's trainer step time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// Start of the phase in seconds.
+    pub start_s: f64,
+    /// Seconds per step of each job's consumers, in job order.
+    pub step_seconds: Vec<f64>,
+}
+
+/// A complete workload for the simulator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// Short name (`steady`, `demand-double`, …).
+    pub name: String,
+    /// One line on what it tests.
+    pub description: String,
+    /// The jobs sharing the pool.
+    pub jobs: Vec<JobSpec>,
+    /// Step-time phases, by start time; the first starts at 0.
+    pub phases: Vec<Phase>,
+    /// The pipeline's stages.
+    pub stages: Vec<StageSpec>,
+    /// Elements per batch.
+    pub elements_per_batch: u32,
+    /// Cores per worker.
+    pub cores_per_worker: u32,
+    /// Seconds from asking for a worker until it produces.
+    pub startup_delay_s: f64,
+    /// Batch parts a worker may hold for consumers.
+    pub buffer_parts_per_worker: u32,
+    /// Batches each consumer prefetches.
+    pub prefetch_batches: u32,
+    /// Relative amplitude of the multiplicative metric noise (uniform in `1 ± noise`).
+    pub noise: f64,
+    /// Seed of the noise.
+    pub seed: u64,
+    /// Workers running at time 0.
+    pub initial_workers: u32,
+    /// Bounds and prices.
+    pub config: PoolConfig,
+    /// Simulation step in seconds.
+    pub tick_s: f64,
+    /// Seconds between policy evaluations.
+    pub policy_period_s: f64,
+    /// The simulation stops here even if training has not finished (and after 10⁶ ticks).
+    pub max_duration_s: f64,
+}
+
+impl Scenario {
+    /// CPU seconds per batch over all stages.
+    pub fn cpu_seconds_per_batch(&self) -> f64 {
+        self.stages.iter().map(|s| s.cpu_seconds_per_batch.max(0.0)).sum()
+    }
+
+    /// Batches per second one worker makes on all its cores.
+    pub fn worker_capacity(&self) -> f64 {
+        let cpu = self.cpu_seconds_per_batch();
+        if cpu > 0.0 { f64::from(self.cores_per_worker) / cpu } else { 0.0 }
+    }
+
+    /// Index of the phase in force at `t`.
+    pub fn phase_at(&self, t: f64) -> usize {
+        self.phases.iter().rposition(|p| p.start_s <= t).unwrap_or(0)
+    }
+
+    /// End of phase `i` (infinite for the last).
+    pub fn phase_end(&self, i: usize) -> f64 {
+        self.phases.get(i + 1).map_or(f64::INFINITY, |p| p.start_s)
+    }
+
+    /// Batches per second job `j` takes in phase `phase` when it never waits.
+    pub fn job_demand(&self, j: usize, phase: usize) -> f64 {
+        let (Some(job), Some(p)) = (self.jobs.get(j), self.phases.get(phase)) else { return 0.0 };
+        let step = p.step_seconds.get(j).copied().unwrap_or(0.0);
+        if step <= 0.0 || !step.is_finite() {
+            return 0.0;
+        }
+        let peers = match job.mode {
+            JobMode::Distributed => f64::from(job.consumers),
+            JobMode::Replicated => 1.0,
+        };
+        peers / step
+    }
+
+    /// The oracle's count for phase `phase` with the jobs marked `active`: the fewest workers
+    /// within the bounds that keep every trainer from waiting, or with prices the count of least
+    /// cost per batch.
+    pub fn oracle_count(&self, phase: usize, active: &[bool]) -> u32 {
+        let mut demand = 0.0;
+        let mut consumers = 0.0;
+        for (j, job) in self.jobs.iter().enumerate() {
+            if active.get(j).copied().unwrap_or(false) {
+                demand += self.job_demand(j, phase);
+                consumers += f64::from(job.consumers);
+            }
+        }
+        let r = self.worker_capacity();
+        let cfg = &self.config;
+        let n = match cfg.prices() {
+            _ if r <= 0.0 => cfg.upper(),
+            Some((worker, trainer)) => {
+                cost::cheapest_count(demand, r, worker, trainer * consumers, cfg.lower(), cfg.upper())
+            }
+            None => count_at_least(demand / r * (1.0 - 1e-9)),
+        };
+        cfg.clamp(n)
+    }
+
+    /// The oracle's count for phase `phase` with every job active.
+    pub fn phase_oracle(&self, phase: usize) -> u32 {
+        self.oracle_count(phase, &vec![true; self.jobs.len()])
+    }
+}

@@ -1,0 +1,297 @@
+//! Properties every policy keeps on arbitrary input, and Granary's stability under noise.
+
+use granary_policies::{
+    ConsumerMetrics, DecisionKind, JobMetrics, JobMode, Observation, PolicyKind, PoolConfig, StageTime,
+    WorkerMetrics,
+};
+use proptest::prelude::*;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+
+/// Finite values including zeros and extremes.
+fn value() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(0.0),
+        Just(f64::MIN_POSITIVE),
+        Just(1e-300),
+        Just(1e300),
+        Just(f64::MAX),
+        Just(-1.0),
+        0.0..1e6f64,
+        0.0..10.0f64,
+    ]
+}
+
+fn count() -> impl Strategy<Value = u32> {
+    prop_oneof![Just(0u32), Just(1u32), Just(u32::MAX), 0..64u32]
+}
+
+fn worker() -> impl Strategy<Value = WorkerMetrics> {
+    (value(), value(), value(), value(), count(), count(), value(), count()).prop_map(
+        |(eps, bps, bytes, spe, buffered, capacity, cpu, cores)| WorkerMetrics {
+            elements_per_second: eps,
+            batches_per_second: bps,
+            bytes_per_second: bytes,
+            stages: vec![StageTime { stage: "s".into(), seconds_per_element: spe }],
+            buffered_parts: buffered,
+            buffer_capacity: capacity,
+            active_leases: 1,
+            cpu_cores_used: cpu,
+            cores: cores % 256,
+        },
+    )
+}
+
+fn consumer() -> impl Strategy<Value = ConsumerMetrics> {
+    (value(), value(), count(), any::<u64>(), value()).prop_map(|(step, wait, buffered, total, bps)| {
+        ConsumerMetrics {
+            consumer_index: 0,
+            step_seconds: step,
+            wait_seconds: wait,
+            buffered_batches: buffered,
+            batches_total: total,
+            batches_per_second: bps,
+        }
+    })
+}
+
+fn job() -> impl Strategy<Value = JobMetrics> {
+    (prop::collection::vec(consumer(), 0..4), any::<bool>(), count(), any::<u64>()).prop_map(
+        |(consumers, replicated, epoch, per_epoch)| JobMetrics {
+            name: "j".into(),
+            mode: if replicated { JobMode::Replicated } else { JobMode::Distributed },
+            epoch,
+            batches_per_epoch: per_epoch,
+            consumers,
+        },
+    )
+}
+
+fn config() -> impl Strategy<Value = PoolConfig> {
+    (
+        0..20u32,
+        prop_oneof![0..40u32, Just(u32::MAX - 20)],
+        count(),
+        prop::option::of(value()),
+        prop::option::of(value()),
+    )
+        .prop_map(|(min, span, b, w, t)| PoolConfig {
+            min_workers: min,
+            max_workers: min + span,
+            elements_per_batch: b,
+            worker_cost_per_hour: w,
+            trainer_cost_per_hour: t,
+        })
+}
+
+fn observation() -> impl Strategy<Value = Observation> {
+    (
+        -1e12..1e12f64,
+        count(),
+        count(),
+        prop::collection::vec(worker(), 0..6),
+        prop::collection::vec(job(), 0..3),
+        config(),
+    )
+        .prop_map(|(now_s, running, desired, workers, jobs, config)| Observation {
+            now_s,
+            running_workers: running,
+            desired_workers: desired,
+            workers,
+            jobs,
+            config,
+        })
+}
+
+proptest! {
+    #[test]
+    fn decisions_stay_within_bounds(seq in prop::collection::vec(observation(), 1..25), closed_loop in any::<bool>()) {
+        for kind in PolicyKind::ALL {
+            let mut policy = kind.build();
+            let mut last: Option<u32> = None;
+            for (i, obs) in seq.iter().enumerate() {
+                let mut obs = obs.clone();
+                if closed_loop {
+                    obs.now_s = 5.0 * i as f64;
+                    if let Some(t) = last {
+                        obs.desired_workers = t;
+                        obs.running_workers = t;
+                    }
+                }
+                let d = policy.observe(&obs);
+                prop_assert!(d.target >= obs.config.lower() && d.target <= obs.config.upper(),
+                    "{kind}: {} outside [{}, {}]: {}", d.target, obs.config.lower(), obs.config.upper(), d.reason);
+                prop_assert!(!d.reason.is_empty());
+                prop_assert_eq!(d.is_change(), d.target != obs.desired_workers);
+                last = Some(d.target);
+            }
+        }
+    }
+}
+
+/// Fixed underlying metrics, each reported with ±20% multiplicative noise.
+#[derive(Clone, Debug)]
+struct Stationary {
+    consumers: u32,
+    step: f64,
+    wait_fraction: f64,
+    rate: f64,
+    capacity_factor: f64,
+    fill: f64,
+    min: u32,
+    max: u32,
+    start: u32,
+    priced: bool,
+    seed: u64,
+}
+
+fn stationary() -> impl Strategy<Value = Stationary> {
+    (
+        1..5u32,
+        0.01..1.0f64,
+        0.0..0.9f64,
+        0.1..50.0f64,
+        1.0..3.0f64,
+        0.0..1.0f64,
+        0..4u32,
+        1..40u32,
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_flat_map(
+            |(consumers, step, wait_fraction, rate, capacity_factor, fill, min, span, priced, seed)| {
+                (min..=min + span).prop_map(move |start| Stationary {
+                    consumers,
+                    step,
+                    wait_fraction,
+                    rate,
+                    capacity_factor,
+                    fill,
+                    min,
+                    max: min + span,
+                    start,
+                    priced,
+                    seed,
+                })
+            },
+        )
+}
+
+impl Stationary {
+    fn observe(&self, rng: &mut ChaCha8Rng, now_s: f64, workers: u32) -> Observation {
+        let mut noise = || 0.8 + 0.4 * ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
+        let b = 256.0;
+        let worker = |n: &mut dyn FnMut() -> f64| WorkerMetrics {
+            elements_per_second: self.rate * b * n(),
+            batches_per_second: self.rate * n(),
+            bytes_per_second: 0.0,
+            stages: vec![StageTime {
+                stage: "s".into(),
+                seconds_per_element: 8.0 / (self.rate * self.capacity_factor) / b * n(),
+            }],
+            buffered_parts: (self.fill * 8.0 * n()).round().min(8.0) as u32,
+            buffer_capacity: 8,
+            active_leases: 1,
+            cpu_cores_used: (8.0 / self.capacity_factor * n()).min(8.0),
+            cores: 8,
+        };
+        let workers: Vec<WorkerMetrics> = (0..workers).map(|_| worker(&mut noise)).collect();
+        let wait = self.step * self.wait_fraction / (1.0 - self.wait_fraction);
+        let consumers = (0..self.consumers)
+            .map(|i| ConsumerMetrics {
+                consumer_index: i,
+                step_seconds: self.step * noise(),
+                wait_seconds: wait * noise(),
+                buffered_batches: 2,
+                batches_total: (now_s * 10.0) as u64,
+                batches_per_second: 1.0 / (self.step + wait),
+            })
+            .collect();
+        let (w, t) = if self.priced { (Some(1.0), Some(2.0)) } else { (None, None) };
+        Observation {
+            now_s,
+            running_workers: 0,
+            desired_workers: 0,
+            workers,
+            jobs: vec![JobMetrics {
+                name: "j".into(),
+                batches_per_epoch: 1_000_000,
+                consumers,
+                ..Default::default()
+            }],
+            config: PoolConfig {
+                min_workers: self.min,
+                max_workers: self.max,
+                elements_per_batch: 256,
+                worker_cost_per_hour: w,
+                trainer_cost_per_hour: t,
+            },
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn granary_changes_direction_at_most_once_per_20_evaluations(s in stationary()) {
+        let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
+        let mut policy = PolicyKind::Granary.build();
+        let mut count = s.start;
+        let mut last_direction: Option<DecisionKind> = None;
+        let mut reversals: Vec<usize> = Vec::new();
+        for i in 0..200usize {
+            let mut obs = s.observe(&mut rng, 5.0 * (i + 1) as f64, count);
+            obs.running_workers = count;
+            obs.desired_workers = count;
+            let d = policy.observe(&obs);
+            if d.is_change() {
+                if last_direction.is_some_and(|k| k != d.kind) {
+                    reversals.push(i);
+                }
+                last_direction = Some(d.kind);
+                count = d.target;
+            }
+        }
+        for pair in reversals.windows(2) {
+            prop_assert!(pair[1] - pair[0] >= 20, "reversals at {:?}", reversals);
+        }
+    }
+}
+
+proptest! {
+    /// Even input that swings between starved and idle every `period` evaluations cannot make
+    /// Granary reverse more than once per 20 evaluations: the cooldown holds.
+    #[test]
+    fn granary_cooldown_holds_on_swinging_input(a in stationary(), b in stationary(), period in 1..30usize) {
+        let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ b.seed);
+        let (mut starved, mut idle) = (a.clone(), b.clone());
+        starved.wait_fraction = 0.5;
+        starved.fill = 0.0;
+        idle.wait_fraction = 0.0;
+        idle.fill = 1.0;
+        idle.step = starved.step * 8.0;
+        idle.min = starved.min;
+        idle.max = starved.max;
+        idle.priced = starved.priced;
+        let mut policy = PolicyKind::Granary.build();
+        let mut count = starved.start;
+        let mut last_direction: Option<DecisionKind> = None;
+        let mut reversals: Vec<usize> = Vec::new();
+        for i in 0..200usize {
+            let regime = if (i / period) % 2 == 0 { &starved } else { &idle };
+            let mut obs = regime.observe(&mut rng, 5.0 * (i + 1) as f64, count);
+            obs.running_workers = count;
+            obs.desired_workers = count;
+            let d = policy.observe(&obs);
+            if d.is_change() {
+                if last_direction.is_some_and(|k| k != d.kind) {
+                    reversals.push(i);
+                }
+                last_direction = Some(d.kind);
+                count = d.target;
+            }
+        }
+        for pair in reversals.windows(2) {
+            prop_assert!(pair[1] - pair[0] >= 20, "reversals at {:?}", reversals);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Operators for testing the service itself.
+
+pub mod sleep;
