@@ -44,6 +44,10 @@ pub struct ScalingReport {
     pub worker_seconds: f64,
     /// The latest reason, also when the target held.
     pub last_reason: String,
+    /// Changes of the target so far, up and down.
+    pub scale_ups: u64,
+    /// See `scale_ups`.
+    pub scale_downs: u64,
     /// The most recent changes, oldest first.
     pub decisions: VecDeque<DecisionRecord>,
 }
@@ -158,6 +162,11 @@ impl Autoscaler {
             r.desired = decision.target;
             r.last_reason = decision.reason.clone();
             if decision.is_change() {
+                if decision.target > from {
+                    r.scale_ups += 1;
+                } else {
+                    r.scale_downs += 1;
+                }
                 r.decisions.push_back(DecisionRecord {
                     at_s,
                     from,

@@ -1,9 +1,10 @@
 //! The dispatcher's Prometheus metrics (`granary run --metrics-addr`): per pipeline the workers
 //! registered, and per job its consumers, epoch and the trainers' step and wait times, read from
-//! the live state at each scrape.
+//! the live state at each scrape; with an autoscaler, the workers it wants and its decisions.
 
+use crate::autoscaler::Scaling;
 use crate::service::Dispatcher;
-use granary_telemetry::prometheus::{GaugeVec, Opts, Registry};
+use granary_telemetry::prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
 
 /// The dispatcher's metrics in a registry of their own.
 pub struct Exposition {
@@ -14,6 +15,9 @@ pub struct Exposition {
     step: GaugeVec,
     wait: GaugeVec,
     rate: GaugeVec,
+    desired: GaugeVec,
+    decisions: IntCounterVec,
+    scaling: Vec<(String, Scaling)>,
 }
 
 impl Exposition {
@@ -49,8 +53,28 @@ impl Exposition {
                 "Batches the job's consumers take per second, all together.",
                 &job,
             )?,
+            desired: vec(
+                "granary_workers_desired",
+                "Workers the autoscaler wants for the pipeline.",
+                &["pipeline"],
+            )?,
+            decisions: {
+                let c = IntCounterVec::new(
+                    Opts::new("granary_autoscaler_decisions_total", "Changes of the target worker count."),
+                    &["pipeline", "direction"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            scaling: Vec::new(),
             registry,
         })
+    }
+
+    /// Also reports what the autoscaler of `pipeline` does.
+    pub fn with_scaling(mut self, pipeline: &str, scaling: Scaling) -> Exposition {
+        self.scaling.push((pipeline.to_string(), scaling));
+        self
     }
 
     /// The registry to serve.
@@ -62,6 +86,14 @@ impl Exposition {
     pub fn refresh(&self, dispatcher: &Dispatcher) {
         for family in [&self.workers, &self.consumers, &self.epoch, &self.step, &self.wait, &self.rate] {
             family.reset();
+        }
+        for (pipeline, scaling) in &self.scaling {
+            let report = scaling.report();
+            self.desired.with_label_values(&[pipeline.as_str()]).set(f64::from(report.desired));
+            for (direction, total) in [("up", report.scale_ups), ("down", report.scale_downs)] {
+                let counter = self.decisions.with_label_values(&[pipeline.as_str(), direction]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
         }
         for pipeline in dispatcher.pipelines() {
             let p = pipeline.as_str();

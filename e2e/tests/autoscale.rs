@@ -62,12 +62,13 @@ fn the_autoscaler_reaches_the_oracle_count_and_scales_down_when_the_consumer_slo
     assert_eq!((fast, slow), (4, 2), "the scenario is sized for 4 then 2 workers");
     let dir = tempfile::tempdir().expect("temp dir");
     let manifest = pipeline(dir.path());
+    let metrics = format!("127.0.0.1:{}", free_port());
     let started = Instant::now();
     let d = start_dispatcher_with(
         &manifest,
         "127.0.0.1:0",
         &dir.path().join("journal"),
-        &["--policy-period", "1", "--exit-when-done"],
+        &["--policy-period", "1", "--exit-when-done", "--metrics-addr", &metrics],
     );
     let mut c = start_consumer(
         &d.address,
@@ -80,6 +81,13 @@ fn the_autoscaler_reaches_the_oracle_count_and_scales_down_when_the_consumer_slo
             &FAST_BATCHES.to_string(),
         ],
     );
+    // Well into the fast phase, the autoscaler has scaled up, and says so in its metrics.
+    c.collect(600, Duration::from_secs(60));
+    let body = scrape(&metrics);
+    let ups = sample(&body, "granary_autoscaler_decisions_total{direction=\"up\",pipeline=\"e2e\"}");
+    assert!(ups.is_some_and(|n| n >= 1.0), "{body}");
+    let desired = sample(&body, "granary_workers_desired{pipeline=\"e2e\"}");
+    assert!(desired.is_some_and(|n| n >= 2.0), "{body}");
     assert!(c.finish(Duration::from_secs(110)), "the consumer did not finish in time");
     let elapsed = started.elapsed().as_secs_f64();
     let line = d.lines.recv_timeout(Duration::from_secs(30)).expect("the dispatcher reports its scaling");

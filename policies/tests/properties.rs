@@ -103,6 +103,30 @@ fn observation() -> impl Strategy<Value = Observation> {
         })
 }
 
+/// Runs Granary for 200 evaluations from `start` workers on the observations `observe(i, count)`
+/// gives (with the running and desired counts set to the current count) and returns the
+/// evaluations at which it reversed direction.
+fn reversals(start: u32, mut observe: impl FnMut(usize, u32) -> Observation) -> Vec<usize> {
+    let mut policy = PolicyKind::Granary.build();
+    let mut count = start;
+    let mut last_direction: Option<DecisionKind> = None;
+    let mut reversals = Vec::new();
+    for i in 0..200usize {
+        let mut obs = observe(i, count);
+        obs.running_workers = count;
+        obs.desired_workers = count;
+        let d = policy.observe(&obs);
+        if d.is_change() {
+            if last_direction.is_some_and(|k| k != d.kind) {
+                reversals.push(i);
+            }
+            last_direction = Some(d.kind);
+            count = d.target;
+        }
+    }
+    reversals
+}
+
 proptest! {
     #[test]
     fn decisions_stay_within_bounds(seq in prop::collection::vec(observation(), 1..25), closed_loop in any::<bool>()) {
@@ -234,23 +258,7 @@ proptest! {
     #[test]
     fn granary_changes_direction_at_most_once_per_20_evaluations(s in stationary()) {
         let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
-        let mut policy = PolicyKind::Granary.build();
-        let mut count = s.start;
-        let mut last_direction: Option<DecisionKind> = None;
-        let mut reversals: Vec<usize> = Vec::new();
-        for i in 0..200usize {
-            let mut obs = s.observe(&mut rng, 5.0 * (i + 1) as f64, count);
-            obs.running_workers = count;
-            obs.desired_workers = count;
-            let d = policy.observe(&obs);
-            if d.is_change() {
-                if last_direction.is_some_and(|k| k != d.kind) {
-                    reversals.push(i);
-                }
-                last_direction = Some(d.kind);
-                count = d.target;
-            }
-        }
+        let reversals = reversals(s.start, |i, count| s.observe(&mut rng, 5.0 * (i + 1) as f64, count));
         for pair in reversals.windows(2) {
             prop_assert!(pair[1] - pair[0] >= 20, "reversals at {:?}", reversals);
         }
@@ -272,24 +280,10 @@ proptest! {
         idle.min = starved.min;
         idle.max = starved.max;
         idle.priced = starved.priced;
-        let mut policy = PolicyKind::Granary.build();
-        let mut count = starved.start;
-        let mut last_direction: Option<DecisionKind> = None;
-        let mut reversals: Vec<usize> = Vec::new();
-        for i in 0..200usize {
+        let reversals = reversals(starved.start, |i, count| {
             let regime = if (i / period) % 2 == 0 { &starved } else { &idle };
-            let mut obs = regime.observe(&mut rng, 5.0 * (i + 1) as f64, count);
-            obs.running_workers = count;
-            obs.desired_workers = count;
-            let d = policy.observe(&obs);
-            if d.is_change() {
-                if last_direction.is_some_and(|k| k != d.kind) {
-                    reversals.push(i);
-                }
-                last_direction = Some(d.kind);
-                count = d.target;
-            }
-        }
+            regime.observe(&mut rng, 5.0 * (i + 1) as f64, count)
+        });
         for pair in reversals.windows(2) {
             prop_assert!(pair[1] - pair[0] >= 20, "reversals at {:?}", reversals);
         }

@@ -97,15 +97,6 @@ impl LocalService {
         let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         dispatcher.register(&pipeline, manifest).await?;
         let mut stops = Vec::new();
-        if let Some(addr) = options.metrics_addr {
-            let exposition = Arc::new(Exposition::new()?);
-            let server = MetricsServer::bind(addr, exposition.registry()).await?;
-            let d = dispatcher.clone();
-            let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
-            let (stop, stopped) = oneshot::channel::<()>();
-            server.spawn(async move { drop(stopped.await) });
-            stops.push(stop);
-        }
         let (stop, stopped) = oneshot::channel::<()>();
         let server = {
             let d = dispatcher.clone();
@@ -157,6 +148,19 @@ impl LocalService {
                 Some(scaling)
             }
         };
+        if let Some(addr) = options.metrics_addr {
+            let mut exposition = Exposition::new()?;
+            if let Some(scaling) = &scaling {
+                exposition = exposition.with_scaling(&pipeline, scaling.clone());
+            }
+            let exposition = Arc::new(exposition);
+            let server = MetricsServer::bind(addr, exposition.registry()).await?;
+            let d = dispatcher.clone();
+            let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
+            let (stop, stopped) = oneshot::channel::<()>();
+            server.spawn(async move { drop(stopped.await) });
+            stops.push(stop);
+        }
         Ok(LocalService { dispatcher, address, pipeline, pool, scaling, stops, server })
     }
 
