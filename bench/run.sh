@@ -5,6 +5,9 @@
 #   bench/run.sh > results.jsonl               # granary float32 + uint8, then the peers
 #   PEERS=0 bench/run.sh                       # granary only
 #   ONLY="torch tfdata" bench/run.sh           # peer subset, passed to run_peers.sh
+#   SERVED=1 bench/run.sh                      # the served path instead: 1 worker → 1 client over
+#                                              # loopback, then tf.data service (distributed_epoch,
+#                                              # 1 worker) with the peers' script
 #
 # Env: PEERS_DIR (the peer benchmark scripts: gen_data.py, run_peers.sh), PEERS_DATA (their
 # data, default ~/.cache/granary-peers/data), GRANARY (the binary, default: release build).
@@ -15,6 +18,20 @@ DATA="${PEERS_DATA:-$HOME/.cache/granary-peers/data}"
 if [ -z "${GRANARY:-}" ]; then
   cargo build --release -q -p granary-cli
   GRANARY=target/release/granary
+fi
+if [ "${SERVED:-0}" = 1 ]; then
+  for config in float32 uint8; do
+    echo "== granary $config, served by 1 worker over loopback" >&2
+    "$GRANARY" bench "bench/imagenet-$config.yaml" --json --warmup 5 --batches 30 --workers 1 \
+      --set "spec.source.url=file://$DATA/images/train/"
+  done
+  if [ "${PEERS:-1}" = 1 ]; then
+    [ -n "${PEERS_DIR:-}" ] || { echo "set PEERS_DIR to the peer benchmarks' folder (or PEERS=0)" >&2; exit 2; }
+    PY="${PEERS_VENV:-$HOME/.cache/granary-peers/venv}/bin/python"
+    PEERS_DATA="$DATA" "$PY" "$PEERS_DIR/peers/tfdata_service.py" --mode distributed_epoch --workers 1 \
+      --dtype float32 --dtype uint8 --compression None --warmup 5 --batches 30
+  fi
+  exit 0
 fi
 for config in float32 uint8; do
   echo "== granary $config" >&2
