@@ -108,7 +108,11 @@ impl ProcessPool {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         for mut child in running {
-            tracing::info!(pid = child.id(), grace_s = grace.as_secs_f64(), "worker still draining; killing it");
+            tracing::info!(
+                pid = child.id(),
+                grace_s = grace.as_secs_f64(),
+                "worker still draining; killing it"
+            );
             let _ = child.kill();
             let _ = child.wait();
         }

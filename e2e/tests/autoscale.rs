@@ -68,7 +68,17 @@ fn the_autoscaler_reaches_the_oracle_count_and_scales_down_when_the_consumer_slo
         &manifest,
         "127.0.0.1:0",
         &dir.path().join("journal"),
-        &["--policy-period", "1", "--exit-when-done", "--metrics-addr", &metrics],
+        &[
+            "--policy-period",
+            "1",
+            "--threads",
+            "1",
+            "--max-workers",
+            "6",
+            "--exit-when-done",
+            "--metrics-addr",
+            &metrics,
+        ],
     );
     let mut c = start_consumer(
         &d.address,

@@ -63,6 +63,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             set: Vec::new(),
             workers: Some(1),
             policy_period: 5.0,
+            max_workers: None,
             serve: None,
             exit_when_done: false,
             journal: None,

@@ -42,6 +42,10 @@ pub struct RunArgs {
     /// at most the number of cores unless the spec sets it); with `fixed`, `replicas`.
     #[arg(long)]
     pub workers: Option<u32>,
+    /// Most worker processes the autoscaler may run here (default: `spec.scaling.maxWorkers`,
+    /// at most the number of cores). Raise it for pipelines that wait on I/O rather than compute.
+    #[arg(long, conflicts_with = "workers")]
+    pub max_workers: Option<u32>,
     /// Seconds between autoscaling evaluations.
     #[arg(long, default_value_t = 5.0)]
     pub policy_period: f64,

@@ -19,8 +19,9 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// How many workers to run: `--workers N` when given, else what `spec.scaling` says. An
-/// autoscaled local pool is bounded by `maxWorkers`, or by the number of cores when the spec
-/// leaves it open (more one-thread workers than cores add no compute on one machine).
+/// autoscaled local pool is bounded by `maxWorkers` and, unless `--max-workers` says otherwise,
+/// by the number of cores: on one machine more worker processes than cores add no compute for
+/// a CPU-bound pipeline, only memory (each has its own prefetch budget).
 pub fn sizing(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<service::Sizing> {
     use granary_crds::ScalingPolicy;
     if let Some(n) = args.workers {
@@ -40,7 +41,10 @@ pub fn sizing(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resu
     Ok(service::Sizing::Auto {
         pool: granary_policies::PoolConfig {
             min_workers: min,
-            max_workers: scaling.max_workers.unwrap_or(cores).max(min),
+            max_workers: args
+                .max_workers
+                .unwrap_or_else(|| scaling.max_workers.unwrap_or(cores).min(cores))
+                .max(min),
             elements_per_batch: spec.batch.size,
             worker_cost_per_hour: scaling.worker_cost_per_hour,
             trainer_cost_per_hour: scaling.trainer_cost_per_hour,
@@ -112,4 +116,78 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service::Sizing;
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn sizing_of(scaling: &str, flags: &[&str]) -> Sizing {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: p}}\nspec:\n  \
+                 source: {{url: 'file:///data/', format: jsonl}}\n  stages: [{{op: test.sleep, ms: 0}}]\n  batch: {{size: 8}}\n{scaling}"
+            ),
+        )
+        .unwrap();
+        let manifest = granary_crds::load_manifest(&path, &[]).unwrap();
+        let args = Cli::try_parse_from([&["granary", "p.yaml"][..], flags].concat()).unwrap().run;
+        sizing(&manifest, &args).unwrap()
+    }
+
+    fn bounds(s: Sizing) -> (u32, u32) {
+        match s {
+            Sizing::Auto { pool, .. } => (pool.min_workers, pool.max_workers),
+            Sizing::Fixed(n) => panic!("fixed {n}"),
+        }
+    }
+
+    #[test]
+    fn sizing_follows_the_flags_then_the_spec() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        assert!(matches!(sizing_of("", &["--workers", "3"]), Sizing::Fixed(3)));
+        assert!(matches!(sizing_of("  scaling: {policy: fixed, replicas: 5}\n", &[]), Sizing::Fixed(5)));
+        // Auto by default: from 1, at most the cores here.
+        assert_eq!(bounds(sizing_of("", &[])), (1, cores));
+        // maxWorkers above the cores is cut to them, below them is kept.
+        assert_eq!(bounds(sizing_of("  scaling: {minWorkers: 1, maxWorkers: 64}\n", &[])), (1, cores));
+        assert_eq!(bounds(sizing_of("  scaling: {minWorkers: 1, maxWorkers: 1}\n", &[])), (1, 1));
+        // --max-workers lifts the local bound; never below minWorkers.
+        assert_eq!(bounds(sizing_of("", &["--max-workers", "6"])), (1, 6));
+        assert_eq!(
+            bounds(sizing_of("  scaling: {minWorkers: 3, maxWorkers: 4}\n", &["--max-workers", "2"])),
+            (3, 3)
+        );
+        let Sizing::Auto { period, .. } = sizing_of("", &["--policy-period", "0.5"]) else { panic!() };
+        assert_eq!(period, std::time::Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_bad_policy_period_is_an_error_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {name: p}\nspec:\n  \
+             source: {url: 'file:///data/', format: jsonl}\n  stages: [{op: test.sleep, ms: 0}]\n  batch: {size: 8}\n",
+        )
+        .unwrap();
+        let manifest = granary_crds::load_manifest(&path, &[]).unwrap();
+        for bad in ["--policy-period=0", "--policy-period=-1"] {
+            let args = Cli::try_parse_from(["granary", "p.yaml", bad]).unwrap().run;
+            let e = sizing(&manifest, &args).unwrap_err().to_string();
+            assert!(e.contains("--policy-period"), "{e}");
+        }
+    }
 }

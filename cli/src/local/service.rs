@@ -60,8 +60,8 @@ pub struct ServiceOptions {
     pub journal: Option<String>,
     /// Worker processes to run.
     pub sizing: Sizing,
-    /// Compute threads per worker (default: cores / workers for a fixed count, 1 for an
-    /// autoscaled pool, whose unit is one worker process on one core).
+    /// Compute threads per worker (default: cores / workers for a fixed count; every core for
+    /// an autoscaled pool, which starts small and must not start slow).
     pub threads: Option<usize>,
     /// `--prefetch-bytes` for each worker.
     pub prefetch_bytes: String,
@@ -77,7 +77,7 @@ impl ServiceOptions {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         self.threads.unwrap_or(match self.sizing {
             Sizing::Fixed(n) => (cores / n.max(1) as usize).max(1),
-            Sizing::Auto { .. } => 1,
+            Sizing::Auto { .. } => cores,
         })
     }
 }
