@@ -3,20 +3,19 @@
 //! engine's own batches of that split. Also: re-registration after a dispatcher restart, and a
 //! drain that returns a lease its consumer never took.
 
-use bytes::Bytes;
+mod support;
+
 use granary_proto::v1::dispatcher_server::{Dispatcher, DispatcherServer};
 use granary_proto::v1::worker_client::WorkerClient;
 use granary_proto::v1::*;
 use granary_worker::executor::{Output, Task};
 use granary_worker::service::{WorkerConfig, WorkerService};
-use granary_worker::store::memory_store;
 use granary_worker::{Engine, EngineOptions};
-use object_store::ObjectStoreExt;
-use object_store::path::Path as StorePath;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::dataset;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
@@ -24,25 +23,6 @@ use tonic::{Request, Response, Status};
 const PIPELINE: &str = "test";
 const JOB: &str = "job";
 const BATCH: usize = 4;
-
-/// Writes `n` small JPEGs and their labels into `memory://NAME/`.
-fn dataset(name: &str, n: usize) {
-    let store = memory_store(name);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let mut records = String::new();
-    for i in 0..n {
-        let (w, h) = (40 + (i * 7) % 50, 30 + (i * 11) % 60);
-        let img = image::RgbImage::from_fn(w as u32, h as u32, |x, y| {
-            image::Rgb([(x * 5 + i as u32) as u8, (y * 3) as u8, ((x + y) * 2) as u8])
-        });
-        let mut jpeg = Vec::new();
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90).encode_image(&img).unwrap();
-        let file = format!("train/{i:05}.jpg");
-        rt.block_on(store.put(&StorePath::from(format!("data/{file}")), Bytes::from(jpeg).into())).unwrap();
-        records.push_str(&format!("{{\"file\": \"{file}\", \"label\": {}}}\n", (i * 37) % 10));
-    }
-    rt.block_on(store.put(&StorePath::from("data/labels.jsonl"), Bytes::from(records).into())).unwrap();
-}
 
 fn manifest(name: &str) -> granary_crds::Manifest {
     let text = format!(
