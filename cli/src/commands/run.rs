@@ -138,6 +138,30 @@ impl RunSummary {
         }
     }
 
+    /// Counts a delivered batch of epoch `epoch` (of `epochs`) and shows the running rates since
+    /// `start` on `bar`.
+    pub fn record_batch(
+        &mut self,
+        bar: &ProgressBar,
+        epoch: u32,
+        epochs: u32,
+        items: u64,
+        bytes: u64,
+        start: Instant,
+    ) {
+        self.items += items;
+        self.batches += 1;
+        self.bytes += bytes;
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_position(self.batches);
+        bar.set_message(format!(
+            "epoch {}/{epochs} · {:.0} items/s · {:.0} MB/s",
+            epoch + 1,
+            self.items as f64 / secs,
+            self.bytes as f64 / secs / 1e6
+        ));
+    }
+
     /// Sets the wall time and the rates derived from it, and the peak RSS.
     pub fn finish(&mut self, seconds: f64) {
         self.seconds = seconds;
@@ -237,17 +261,14 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
             }
             current.items += batch.len() as u64;
             current.batches += 1;
-            summary.items += batch.len() as u64;
-            summary.batches += 1;
-            summary.bytes += batch.nbytes() as u64;
-            let secs = start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_position(summary.batches);
-            bar.set_message(format!(
-                "epoch {}/{epochs} · {:.0} items/s · {:.0} MB/s",
-                current.epoch + 1,
-                summary.items as f64 / secs,
-                summary.bytes as f64 / secs / 1e6
-            ));
+            summary.record_batch(
+                &bar,
+                current.epoch,
+                epochs,
+                batch.len() as u64,
+                batch.nbytes() as u64,
+                start,
+            );
             if summary.batches >= limit {
                 break;
             }

@@ -46,17 +46,7 @@ pub async fn consume(
         {
             *d = d.wrapping_add(hash_batch(&batch));
         }
-        summary.items += batch.len() as u64;
-        summary.batches += 1;
-        summary.bytes += bytes;
-        let secs = start.elapsed().as_secs_f64().max(1e-9);
-        bar.set_position(summary.batches);
-        bar.set_message(format!(
-            "epoch {}/{epochs} · {:.0} items/s · {:.0} MB/s",
-            batch.epoch + 1,
-            summary.items as f64 / secs,
-            summary.bytes as f64 / secs / 1e6
-        ));
+        summary.record_batch(&bar, batch.epoch, epochs, batch.len() as u64, bytes, start);
     }
     if let Some(e) = summary.epochs.get_mut(current as usize) {
         e.seconds = epoch_start.elapsed().as_secs_f64();
