@@ -54,7 +54,6 @@ pub(crate) struct Assembler {
     current: Option<Current>,
     held: BTreeMap<u32, Held>,
     duplicates: u64,
-    received_bytes: u64,
 }
 
 /// The epoch being delivered.
@@ -80,7 +79,7 @@ struct Held {
 impl Assembler {
     /// An assembler for a job of `epochs` epochs, with no current epoch yet.
     pub(crate) fn new(epochs: u32) -> Assembler {
-        Assembler { epochs, current: None, held: BTreeMap::new(), duplicates: 0, received_bytes: 0 }
+        Assembler { epochs, current: None, held: BTreeMap::new(), duplicates: 0 }
     }
 
     /// Makes `plan`'s epoch current, with the slots in `delivered` already delivered (resume).
@@ -102,7 +101,13 @@ impl Assembler {
         // A slot without parts (an empty batch of the last round) is complete from the start.
         for (&slot, parts) in &current.plan.slots {
             if parts.is_empty() && !current.delivered.contains(slot) {
-                current.ready.push_back(Batch { epoch, slot, keys: Vec::new(), tensors: Vec::new() });
+                current.ready.push_back(Batch {
+                    epoch,
+                    slot,
+                    keys: Vec::new(),
+                    tensors: Vec::new(),
+                    wire_bytes: 0,
+                });
                 current.ready_slots.insert(slot);
             }
         }
@@ -126,7 +131,6 @@ impl Assembler {
     /// Takes a part. It is kept if its slot is in the current plan, not yet delivered and the
     /// part not yet held; parts of later epochs are held; everything else is dropped.
     pub(crate) fn accept(&mut self, part: BatchPart) -> Result<Accepted, ClientError> {
-        self.received_bytes += part.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
         if part.epoch >= self.epochs {
             return Ok(Accepted::Unplanned);
         }
@@ -215,11 +219,6 @@ impl Assembler {
     /// Parts dropped as duplicates so far.
     pub(crate) fn duplicates(&self) -> u64 {
         self.duplicates
-    }
-
-    /// Tensor payload bytes of every part taken so far, as sent.
-    pub(crate) fn received_bytes(&self) -> u64 {
-        self.received_bytes
     }
 }
 

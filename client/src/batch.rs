@@ -27,6 +27,9 @@ pub struct Batch {
     pub keys: Vec<String>,
     /// The stacked fields.
     pub tensors: Vec<Tensor>,
+    /// Tensor payload bytes this batch took on the wire: less than its tensors' bytes when the
+    /// client finished a deferred `image.normalize`.
+    pub wire_bytes: u64,
 }
 
 impl Batch {
@@ -60,7 +63,7 @@ impl Batch {
             parts
         };
         let Some(first) = parts.first() else {
-            return Ok(Batch { epoch, slot, keys: Vec::new(), tensors: Vec::new() });
+            return Ok(Batch { epoch, slot, keys: Vec::new(), tensors: Vec::new(), wire_bytes: 0 });
         };
         let columns = first.tensors.len();
         if let Some(part) = parts.iter().find(|part| part.tensors.len() != columns) {
@@ -73,6 +76,7 @@ impl Batch {
             ));
         }
         let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
+        let wire_bytes = parts.iter().flat_map(|part| &part.tensors).map(|t| t.data.len() as u64).sum();
         let mut pieces: Vec<Vec<granary_proto::v1::Tensor>> =
             (0..columns).map(|_| Vec::with_capacity(parts.len())).collect();
         for part in parts {
@@ -81,7 +85,7 @@ impl Batch {
             }
         }
         let tensors = pieces.into_iter().map(join).collect::<Result<Vec<_>, _>>()?;
-        Ok(Batch { epoch, slot, keys, tensors })
+        Ok(Batch { epoch, slot, keys, tensors, wire_bytes })
     }
 }
 
@@ -231,6 +235,7 @@ mod tests {
         assert_eq!(image.shape, vec![5, 2]);
         assert_eq!(&image.data[..], &[1, 1, 1, 1, 2, 2, 2, 2, 2, 2]);
         assert_eq!(batch.tensor("label").unwrap().data.len(), 40);
+        assert_eq!(batch.wire_bytes, 10 + 40, "the parts' payloads as sent");
     }
 
     #[test]

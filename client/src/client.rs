@@ -265,13 +265,6 @@ impl Client {
         self.assembler.duplicates()
     }
 
-    /// Tensor payload bytes received from workers so far, as they crossed the wire: before the
-    /// client finishes a deferred `image.normalize` (so a quarter of the `float32` bytes), and
-    /// counting duplicates.
-    pub fn received_bytes(&self) -> u64 {
-        self.assembler.received_bytes()
-    }
-
     /// Handles queued stream messages while few batches are ready.
     fn drain(&mut self) {
         for _ in 0..DRAIN_LIMIT {

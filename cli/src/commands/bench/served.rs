@@ -52,7 +52,7 @@ async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow:
     let mut client = Client::open(options).await?;
     let mut first_batch_seconds = None;
     let mut timed_start = None;
-    let (mut pulled, mut items, mut bytes, mut wire_start) = (0u64, 0u64, 0u64, 0u64);
+    let (mut pulled, mut items, mut bytes, mut wire) = (0u64, 0u64, 0u64, 0u64);
     while pulled < total {
         let Some(batch) = client.next().await else {
             anyhow::bail!("the service ended after {pulled} of {total} batches");
@@ -62,10 +62,10 @@ async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow:
         pulled += 1;
         if pulled == warmup {
             timed_start = Some(Instant::now());
-            wire_start = client.received_bytes();
         } else if pulled > warmup {
             items += batch.len() as u64;
             bytes += batch.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
+            wire += batch.wire_bytes;
         }
     }
     let seconds = timed_start.unwrap_or(start).elapsed().as_secs_f64().max(1e-9);
@@ -77,6 +77,6 @@ async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow:
             first_batch_seconds: first_batch_seconds.unwrap_or(seconds),
         },
         mb_per_s: bytes as f64 / seconds / 1e6,
-        wire_mb_per_s: client.received_bytes().saturating_sub(wire_start) as f64 / seconds / 1e6,
+        wire_mb_per_s: wire as f64 / seconds / 1e6,
     })
 }
