@@ -46,12 +46,6 @@ impl ProcessPool {
         self
     }
 
-    /// Process ids of the running workers, oldest first.
-    pub fn pids(&mut self) -> Vec<u32> {
-        self.reap();
-        self.children.iter().map(Child::id).collect()
-    }
-
     fn reap(&mut self) {
         self.children.retain_mut(|c| match c.try_wait() {
             Ok(Some(status)) => {

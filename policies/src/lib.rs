@@ -12,7 +12,8 @@
 //!   never waited. A distributed job's consumers are data-parallel peers at their mean step
 //!   time, so the job needs `consumers / step_seconds`; a replicated job needs `1 / step_seconds`.
 //! * **Supply per worker** `r`: the measured output per worker while the workers are the
-//!   bottleneck (buffers under half full). Otherwise it is `cores / (Σ stage seconds_per_element ×
+//!   bottleneck (buffers under half full and, where stage times tell, cores at least 80% busy).
+//!   Otherwise it is `cores / (Σ stage seconds_per_element ×
 //!   batch size)`, or the output scaled to all cores by the CPU in use.
 //! * **Needed** `n = ceil(D × headroom / r)` (headroom 1.02), within bounds. With both prices
 //!   set, the count of least cost per batch instead, `argmin (C_trainers + n·c_worker) /
@@ -25,8 +26,9 @@
 //! * **Evidence**: after the running count has equalled the desired count for 15 s, trainers
 //!   who keep waiting 3 points more than the model expects get `ceil(n × (1 − expected) /
 //!   (1 − wait))` workers (at least `n + 1`; with prices, one more only if it pays), kept as a
-//!   floor. Scale down only while trainers wait under 1% and worker buffers are over 75% full;
-//!   never scale up while trainers never wait and buffers are not draining.
+//!   floor. Scale down only while trainers wait under 1% and either worker buffers are over 75%
+//!   full or the workers' cores are busy at most the fraction of them still needed (a slow
+//!   consumer's backlog may sit in transport windows, not in worker queues); never scale up while trainers never wait and buffers are not draining.
 //! * **Start-up**: while fewer workers run than were asked for, hold (up to 600 s).
 //! * **Cooldown**: no reversal of direction within 120 s and 20 evaluations of a change.
 //!

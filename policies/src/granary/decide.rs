@@ -1,5 +1,5 @@
 //! One evaluation of the Granary policy once its estimates are ready: the model's count, the
-//! evidence from trainer waiting and worker buffers, and the reason in words.
+//! evidence from trainer waiting, worker buffers and idle worker cores, and the reason in words.
 
 use super::GranaryPolicy;
 use super::cost;
