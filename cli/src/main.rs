@@ -40,6 +40,8 @@ enum Command {
     /// Compare the autoscaling policies (granary, cachew, hpa) against the oracle on the
     /// simulator's scenarios: a table of the four figures, JSON lines, decisions or plots.
     Simulate(commands::simulate::SimulateArgs),
+    /// Look into and clean up an autocache store: list entries, inspect one, remove some.
+    Cache(commands::cache::CacheArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::demo::demo(&args),
         Command::Worker(args) => commands::worker::worker(&args),
         Command::Simulate(args) => commands::simulate::simulate(&args),
+        Command::Cache(args) => commands::cache::cache(&args),
     };
     match result {
         Ok(code) => code,

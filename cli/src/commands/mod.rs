@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod cache;
 pub mod crd;
 pub mod demo;
 pub mod run;
