@@ -37,10 +37,18 @@
 //! [`cachew::CachewPolicy`] (Cachew's incremental rule) and [`hpa::HpaPolicy`] (Kubernetes HPA at
 //! 80% CPU). [`simulate`] runs all of them and the oracle on the named scenarios; [`report`]
 //! renders the figures. The full write-up is `docs/autoscaling.md`.
+//!
+//! # Autocaching
+//!
+//! [`caching`] decides whether to cache a stage output of the deterministic prefix in object
+//! storage and at which cut: [`caching::decide`] weighs every cut by measured compute, encode,
+//! decode and store throughput, time and storage dollars; [`caching::forced`] follows
+//! `spec.cache.at`; [`caching::cachew::decide`] is Cachew's autocacher as a baseline.
 
 #![warn(missing_docs)]
 
 pub mod cachew;
+pub mod caching;
 pub mod decision;
 pub mod error;
 pub mod estimate;
