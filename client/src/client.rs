@@ -362,6 +362,14 @@ impl Client {
         if !start.replay.is_empty() {
             self.request_replay(epoch, start.replay);
         }
+        // The dispatcher leases at most one epoch ahead of the slowest consumer: tell it at once
+        // that this one moved on, rather than at the next heartbeat, or a pipeline that runs an
+        // epoch faster than the heartbeat interval (reading a cache) waits for it.
+        let mut dispatcher = self.dispatcher.clone();
+        let request = self.session.heartbeat();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CALL_TIMEOUT, dispatcher.client_heartbeat(request)).await;
+        });
         self.clock.last_new_part = Instant::now();
         self.clock.last_stall_replay = None;
         tracing::debug!(epoch, "epoch started");
