@@ -6,7 +6,9 @@ use std::borrow::Cow;
 
 pub use crate::quantity::{parse_bytes, parse_duration};
 
-/// Caching policy. Parsed and validated now; the autocacher acts on it.
+/// Where and whether to materialize the output of a deterministic stage in object storage, so
+/// that later epochs (and other pipelines with the same deterministic stages) read it instead of
+/// computing it again.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

@@ -44,11 +44,11 @@ pub struct InputPipelineSpec {
     #[serde(default = "default_epochs")]
     #[schemars(range(min = 1))]
     pub epochs: u32,
-    /// Worker-count bounds and policy. Parsed and validated now; acted on by the autoscaler.
+    /// Worker-count bounds and policy, within which the autoscaler sizes the worker pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
-    /// Caching of a deterministic stage output in object storage. Parsed and validated now; acted
-    /// on by the autocacher.
+    /// Caching of a deterministic stage output in object storage, decided by the autocacher from
+    /// measured costs (or pinned with `policy: at`). Absent: nothing is cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSpec>,
 }

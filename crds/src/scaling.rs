@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Worker-count policy and bounds. Parsed and validated now; the autoscaler acts on it.
+/// Worker-count policy and bounds, within which the autoscaler sizes the worker pool.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

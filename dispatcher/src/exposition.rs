@@ -1,10 +1,22 @@
 //! The dispatcher's Prometheus metrics (`granary run --metrics-addr`): per pipeline the workers
 //! registered, and per job its consumers, epoch and the trainers' step and wait times, read from
-//! the live state at each scrape; with an autoscaler, the workers it wants and its decisions.
+//! the live state at each scrape; with an autoscaler, the workers it wants and its decisions;
+//! for caching pipelines, what the cache read, wrote and recomputed.
 
 use crate::autoscaler::Scaling;
 use crate::service::Dispatcher;
-use granary_telemetry::prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
+use granary_telemetry::prometheus::{GaugeVec, IntCounter, IntCounterVec, Opts, Registry};
+
+fn counters(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, granary_telemetry::prometheus::Error> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
 
 /// The dispatcher's metrics in a registry of their own.
 pub struct Exposition {
@@ -17,6 +29,9 @@ pub struct Exposition {
     rate: GaugeVec,
     desired: GaugeVec,
     decisions: IntCounterVec,
+    cache_bytes: IntCounterVec,
+    cache_splits: IntCounterVec,
+    cache_recomputed: IntCounterVec,
     scaling: Vec<(String, Scaling)>,
 }
 
@@ -58,14 +73,31 @@ impl Exposition {
                 "Workers the autoscaler wants for the pipeline.",
                 &["pipeline"],
             )?,
-            decisions: {
-                let c = IntCounterVec::new(
-                    Opts::new("granary_autoscaler_decisions_total", "Changes of the target worker count."),
-                    &["pipeline", "direction"],
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
+            decisions: counters(
+                &registry,
+                "granary_autoscaler_decisions_total",
+                "Changes of the target worker count.",
+                &["pipeline", "direction"],
+            )?,
+            cache_bytes: counters(
+                &registry,
+                "granary_cache_bytes_total",
+                "Cache entry bytes (as stored) read or written for the pipeline.",
+                &["pipeline", "direction"],
+            )?,
+            cache_splits: counters(
+                &registry,
+                "granary_cache_splits_total",
+                "Splits produced, by what the cache did: read, written, computed, or bad (an entry that \
+                 failed verification and was recomputed).",
+                &["pipeline", "outcome"],
+            )?,
+            cache_recomputed: counters(
+                &registry,
+                "granary_cache_recomputed_elements_total",
+                "Elements computed from the source after a cache read failed.",
+                &["pipeline"],
+            )?,
             scaling: Vec::new(),
             registry,
         })
@@ -80,6 +112,22 @@ impl Exposition {
     /// The registry to serve.
     pub fn registry(&self) -> Registry {
         self.registry.clone()
+    }
+
+    fn refresh_cache(&self, pipeline: &str, report: &crate::CacheReport) {
+        let sum = |f: fn(&crate::EpochCache) -> u64| report.epochs.iter().map(f).sum::<u64>();
+        let set = |counter: IntCounter, total: u64| counter.inc_by(total.saturating_sub(counter.get()));
+        set(self.cache_bytes.with_label_values(&[pipeline, "read"]), sum(|e| e.bytes_read));
+        set(self.cache_bytes.with_label_values(&[pipeline, "written"]), sum(|e| e.bytes_written));
+        for (outcome, total) in [
+            ("read", sum(|e| e.splits_read)),
+            ("written", sum(|e| e.splits_written)),
+            ("computed", sum(|e| e.splits_computed)),
+            ("bad", sum(|e| e.splits_bad)),
+        ] {
+            set(self.cache_splits.with_label_values(&[pipeline, outcome]), total);
+        }
+        set(self.cache_recomputed.with_label_values(&[pipeline]), sum(|e| e.recomputed));
     }
 
     /// Reads the dispatcher's state into the gauges.
@@ -97,6 +145,9 @@ impl Exposition {
         }
         for pipeline in dispatcher.pipelines() {
             let p = pipeline.as_str();
+            if let Some(report) = dispatcher.cache_report(p) {
+                self.refresh_cache(p, &report);
+            }
             self.workers.with_label_values(&[p]).set(dispatcher.workers(p).len() as f64);
             for job in dispatcher.progress(p) {
                 let labels = [p, job.job.as_str()];

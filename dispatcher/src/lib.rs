@@ -3,6 +3,7 @@
 //! journal so a restarted dispatcher resumes where it was, and the `WorkerPool` it scales.
 
 pub mod autoscaler;
+pub mod cache_io;
 pub mod catalog;
 pub mod exposition;
 pub mod journal;
@@ -11,8 +12,9 @@ pub mod pool;
 pub mod service;
 pub mod state;
 
+pub use cache_io::Evicted;
 pub use catalog::Catalog;
 pub use plan::Mode;
 pub use pool::{ProcessPool, WorkerPool};
 pub use service::{Dispatcher, DispatcherConfig, DispatcherError};
-pub use state::{JobProgress, MetricsSnapshot, Timing};
+pub use state::{CacheReport, EpochCache, JobProgress, MetricsSnapshot, Timing};

@@ -3,7 +3,9 @@
 
 use crate::catalog::Catalog;
 use crate::journal::{Journal, JournalError};
-use crate::state::{DispatchError, Event, JobProgress, MetricsSnapshot, PipelineFacts, State, Timing};
+use crate::state::{
+    CacheReport, DispatchError, Event, JobProgress, MetricsSnapshot, PipelineFacts, State, Timing,
+};
 use granary_crds::Manifest;
 use granary_proto::v1 as pb;
 use granary_proto::v1::dispatcher_server::{self, DispatcherServer};
@@ -18,6 +20,9 @@ pub struct DispatcherConfig {
     pub journal: Option<String>,
     /// Liveness timing.
     pub timing: Timing,
+    /// Most bytes the entries of one cache store may take together (every pipeline's); the
+    /// least recently used entries not in use are evicted past it. `None`: no store-wide budget.
+    pub cache_max_bytes: Option<u64>,
 }
 
 /// A failure starting or serving.
@@ -34,17 +39,21 @@ pub enum DispatcherError {
     Refused(#[from] DispatchError),
 }
 
-struct Inner {
+pub(crate) struct Inner {
     state: Mutex<State>,
     journal: Option<tokio::sync::Mutex<Journal>>,
     catalog: Arc<dyn Catalog>,
     start: Instant,
+    /// `DispatcherConfig::cache_max_bytes`.
+    pub(crate) cache_max_bytes: Option<u64>,
+    /// Held by the eviction pass: one at a time.
+    pub(crate) evicting: tokio::sync::Mutex<()>,
 }
 
 /// The dispatcher: cheap to clone, shared by the gRPC service and its host.
 #[derive(Clone)]
 pub struct Dispatcher {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl Dispatcher {
@@ -71,7 +80,14 @@ impl Dispatcher {
             None => None,
         };
         Ok(Dispatcher {
-            inner: Arc::new(Inner { state: Mutex::new(state), journal, catalog, start: Instant::now() }),
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                journal,
+                catalog,
+                start: Instant::now(),
+                cache_max_bytes: config.cache_max_bytes,
+                evicting: tokio::sync::Mutex::new(()),
+            }),
         })
     }
 
@@ -79,22 +95,24 @@ impl Dispatcher {
         self.inner.start.elapsed().as_millis() as u64
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves a state that is still consistent per request.
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `f` on the state and journals the events it produced before returning.
-    async fn mutate<T>(
+    /// Runs `f` on the state and journals the events it produced before returning; touches the
+    /// cache entries pipelines started reading.
+    pub(crate) async fn mutate<T>(
         &self,
         f: impl FnOnce(&mut State, u64) -> Result<T, DispatchError>,
     ) -> Result<T, Status> {
         let now = self.now();
-        let (result, events) = {
+        let (result, events, touches) = {
             let mut state = self.state();
             let result = f(&mut state, now);
-            (result, state.take_events())
+            (result, state.take_events(), state.take_cache_touches())
         };
+        self.touch_entries(touches);
         self.persist(events).await;
         result.map_err(status)
     }
@@ -173,6 +191,11 @@ impl Dispatcher {
         self.state().workers_of(pipeline)
     }
 
+    /// What the autocacher decided for a pipeline and what the cache did in each epoch.
+    pub fn cache_report(&self, pipeline: &str) -> Option<CacheReport> {
+        self.state().cache_report(pipeline)
+    }
+
     /// The gRPC service, to add to a tonic server.
     pub fn service(&self) -> DispatcherServer<Dispatcher> {
         DispatcherServer::new(self.clone())
@@ -198,6 +221,18 @@ impl Dispatcher {
                 }
             })
         };
+        let evictor = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(crate::cache_io::EVICTION_PERIOD);
+                loop {
+                    tick.tick().await;
+                    if me.state().caching() {
+                        me.evict_caches().await;
+                    }
+                }
+            })
+        };
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let result = tonic::transport::Server::builder()
             .tcp_nodelay(true)
@@ -206,6 +241,7 @@ impl Dispatcher {
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
         ticker.abort();
+        evictor.abort();
         result.map_err(DispatcherError::from)
     }
 }
@@ -213,7 +249,7 @@ impl Dispatcher {
 /// Largest request the dispatcher accepts; its requests are small.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
-fn status(e: DispatchError) -> Status {
+pub(crate) fn status(e: DispatchError) -> Status {
     match e {
         DispatchError::NotFound(m) => Status::not_found(m),
         DispatchError::InvalidArgument(m) => Status::invalid_argument(m),
@@ -222,7 +258,7 @@ fn status(e: DispatchError) -> Status {
     }
 }
 
-fn require(field: &str, value: &str) -> Result<(), Status> {
+pub(crate) fn require(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
         return Err(Status::invalid_argument(format!("`{field}` is empty")));
     }
@@ -374,5 +410,13 @@ impl dispatcher_server::Dispatcher for Dispatcher {
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let req = request.into_inner();
         Ok(Response::new(pb::ListWorkersResponse { workers: self.state().workers_of(&req.pipeline) }))
+    }
+
+    async fn report_cache_profile(
+        &self,
+        request: Request<pb::ReportCacheProfileRequest>,
+    ) -> Result<Response<pb::ReportCacheProfileResponse>, Status> {
+        self.cache_profile(request.into_inner()).await?;
+        Ok(Response::new(pb::ReportCacheProfileResponse {}))
     }
 }

@@ -2,6 +2,8 @@
 //! dispatcher (`run --serve`) and workers (`worker`), and consumer processes, all on 127.0.0.1.
 //! Every wait is bounded; every child is killed when its handle drops.
 
+pub mod s3;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

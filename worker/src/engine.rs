@@ -1,6 +1,7 @@
 //! The in-process engine: a validated manifest in, batches out, one epoch at a time.
 
 use crate::batch::{self, Batch, BatchError};
+use crate::cache::{EngineCache, entries};
 use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
 use crate::ops::image::fused::{FusedCropOp, ImagePath};
 use crate::ops::{self, BuildContext, BuildError};
@@ -27,6 +28,9 @@ pub struct EngineOptions {
     /// pixels (a quarter of the bytes) and [`Engine::deferred`] says how to finish them, which
     /// gives the same bits (default: off; the worker service turns it on for the wire).
     pub defer_normalize: bool,
+    /// Raw bytes of records per cache chunk (default 4 MiB): the unit a bad entry is recomputed
+    /// from.
+    pub cache_chunk_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -36,6 +40,7 @@ impl Default for EngineOptions {
             prefetch_bytes: 512 << 20,
             image_path: ImagePath::Fused,
             defer_normalize: false,
+            cache_chunk_bytes: granary_store::cache::CHUNK_MAX_RAW_BYTES,
         }
     }
 }
@@ -63,6 +68,9 @@ pub enum EngineError {
     /// The I/O runtime could not start.
     #[error("cannot start the I/O runtime: {0}")]
     Runtime(std::io::Error),
+    /// The cache store could not be opened.
+    #[error("spec.cache.store: {0}")]
+    Cache(#[from] granary_store::cache::CacheError),
 }
 
 /// The final `image.normalize` the engine left to the consumer: `field` holds `uint8` HWC
@@ -127,33 +135,67 @@ impl Engine {
             _ => None,
         };
         let mut stages = Vec::with_capacity(configs.len());
+        // A cut pinned by `policy: at` needs a boundary there: nothing is fused across it.
+        let pinned = entries::pinned_cut(&spec).filter(|_| entries::caches(&spec));
         let mut i = 0;
         while i < configs.len() {
-            if let Some((op, used)) = FusedCropOp::fuse(&configs[i..], options.image_path) {
+            let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
+            if let Some((op, used)) = FusedCropOp::fuse(&configs[i..end], options.image_path) {
                 let names: Vec<&str> = spec.stages[i..i + used].iter().map(|s| s.display_name()).collect();
                 let path = format!("spec.stages[{i}..={}]", i + used - 1);
-                stages.push(Stage { name: names.join(" → "), path, op: Box::new(op) });
+                stages.push(Stage { name: names.join(" → "), path, op: Box::new(op), first: i });
                 i += used;
                 continue;
             }
             let path = format!("spec.stages[{i}]");
             let op = ops::build(&configs[i], &ctx)
                 .map_err(|error| EngineError::Build { path: path.clone(), error })?;
-            stages.push(Stage { name: spec.stages[i].display_name().to_string(), path, op });
+            stages.push(Stage { name: spec.stages[i].display_name().to_string(), path, op, first: i });
             i += 1;
         }
-        let plan = Arc::new(Plan {
+        let mut plan = Plan {
             stages,
             seed: spec.seed,
             batch_size: spec.batch.size.max(1) as usize,
             shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
-        });
+            spec_stages: configs.len(),
+            cache: None,
+        };
+        let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
+        plan.cache = entries::build(&spec, &name, &source, &plan, writer_id())?
+            .map(|c| Arc::new(EngineCache { chunk_bytes: options.cache_chunk_bytes.max(1), ..c }));
+        let plan = Arc::new(plan);
         Ok(Engine { spec, deferred, source, plan, options, runtime })
     }
 
     /// The final normalization left to the consumer, with `EngineOptions::defer_normalize`.
     pub fn deferred(&self) -> Option<&DeferredNormalize> {
         self.deferred.as_ref()
+    }
+
+    /// The cache store and the entries tasks may write or read, when the spec caches.
+    pub fn cache(&self) -> Option<&EngineCache> {
+        self.plan.cache.as_deref()
+    }
+
+    /// What measures the cache profile, on any thread (see [`crate::cache::profile`]); `None`
+    /// when the spec does not cache.
+    pub fn cache_profiler(&self) -> Option<crate::cache::profile::Profiler> {
+        self.plan.cache.as_ref()?;
+        Some(crate::cache::profile::Profiler {
+            source: Arc::clone(&self.source),
+            plan: Arc::clone(&self.plan),
+            threads: self.options.threads,
+            rt: self.runtime.handle().clone(),
+        })
+    }
+
+    /// Measures what caching would cost and save, here; `None` when the spec does not cache.
+    pub fn cache_profile(
+        &self,
+        limits: crate::cache::profile::Limits,
+    ) -> Option<granary_proto::v1::CacheProfile> {
+        self.cache_profiler()?.measure(limits)
     }
 
     /// The spec being run.
@@ -211,7 +253,9 @@ impl Engine {
     /// would (a batch never mixes epochs; [`Batch::epoch`] tells them apart).
     pub fn run_epochs(&self, epochs: std::ops::Range<u32>) -> EpochBatches {
         let tasks: Vec<Task> = epochs
-            .flat_map(|epoch| self.split_order(epoch).into_iter().map(move |split| Task { epoch, split }))
+            .flat_map(|epoch| {
+                self.split_order(epoch).into_iter().map(move |split| Task::compute(epoch, split))
+            })
             .collect();
         EpochBatches {
             execution: self.run_tasks(Box::new(tasks.into_iter())),
@@ -305,6 +349,15 @@ impl Iterator for EpochBatches {
             }
         }
     }
+}
+
+/// A name for this process's cache writes, distinct across processes and engines.
+fn writer_id() -> String {
+    static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("w{}-{:x}-{n}", std::process::id(), nanos & 0xffff_ffff_ffff)
 }
 
 /// Reads tokenizer files and the like: a path relative to the manifest's folder, an absolute

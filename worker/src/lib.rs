@@ -11,6 +11,7 @@ compile_error!("granary-worker assumes a little-endian target: batch buffers are
 pub mod batch;
 pub mod budget;
 pub mod buffers;
+pub mod cache;
 pub mod catalog;
 pub mod element;
 pub mod engine;

@@ -140,6 +140,12 @@ impl Dispatcher for Stub {
     async fn list_workers(&self, _: Request<ListWorkersRequest>) -> Reply<ListWorkersResponse> {
         Err(Status::unimplemented("stub"))
     }
+    async fn report_cache_profile(
+        &self,
+        _: Request<ReportCacheProfileRequest>,
+    ) -> Reply<ReportCacheProfileResponse> {
+        Ok(Response::new(ReportCacheProfileResponse {}))
+    }
 }
 
 fn part(lo: u64, hi: u64, slot: u64, consumer: u32) -> Part {
@@ -161,6 +167,7 @@ async fn start_stub(
         elements: 20,
         epochs: 1,
         batch_size: BATCH as u32,
+        cache_profile_wanted: false,
     };
     let lease = Lease {
         lease_id: 7,
@@ -173,6 +180,7 @@ async fn start_stub(
         parts,
         duration_ms: 4000,
         only_consumer: None,
+        cache: None,
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen) };
@@ -194,7 +202,7 @@ fn expected(manifest: &granary_crds::Manifest) -> (Vec<String>, Vec<Column>) {
     let engine = Engine::open(manifest, EngineOptions { threads: 2, ..Default::default() }).unwrap();
     let mut keys = Vec::new();
     let mut tensors: Vec<Column> = Vec::new();
-    for output in engine.run_tasks(Box::new(std::iter::once(Task { epoch: 0, split: 0 }))) {
+    for output in engine.run_tasks(Box::new(std::iter::once(Task::compute(0, 0)))) {
         if let Output::Batch { batch, .. } = output.unwrap() {
             keys.extend(batch.keys.iter().cloned());
             if tensors.is_empty() {

@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// Where the dispatcher journals its state (a local path or an object-store URL).
     #[arg(long, value_name = "URL")]
     pub journal: Option<String>,
+    /// Store-wide budget of the cache store(s) in use, in bytes or with a suffix (`20Gi`): the
+    /// least recently used entries not in use are evicted beyond it.
+    #[arg(long, value_name = "BYTES")]
+    pub cache_max_bytes: Option<String>,
 }
 
 /// One epoch's figures.
@@ -83,6 +87,19 @@ pub struct EpochSummary {
     /// Digest of the epoch's batches, with `--digest`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// What the cache did in the epoch (`compute`, `write` or `read`), when the pipeline caches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    /// Cache entry bytes read in the epoch, as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_read: Option<u64>,
+    /// Cache entry bytes written in the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_written: Option<u64>,
+    /// The autocacher's predicted items/s for the epoch's kind (for a reading epoch,
+    /// 1 / (read seconds per element + seconds per element of the stages after the cut)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_items_per_s: Option<f64>,
 }
 
 /// The run's figures (`--json`).
@@ -111,12 +128,25 @@ pub struct RunSummary {
     /// What the autoscaler did, when it sized the pool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scaling: Option<granary_dispatcher::autoscaler::ScalingReport>,
+    /// What the autocacher decided and did, when the pipeline caches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<granary_dispatcher::CacheReport>,
 }
 
 impl EpochSummary {
     /// An epoch with nothing delivered yet.
     pub fn new(epoch: u32) -> EpochSummary {
-        EpochSummary { epoch, items: 0, batches: 0, seconds: 0.0, digest: None }
+        EpochSummary {
+            epoch,
+            items: 0,
+            batches: 0,
+            seconds: 0.0,
+            digest: None,
+            cache: None,
+            cache_bytes_read: None,
+            cache_bytes_written: None,
+            predicted_items_per_s: None,
+        }
     }
 }
 
@@ -135,6 +165,7 @@ impl RunSummary {
             threads,
             epochs: Vec::new(),
             scaling: None,
+            cache: None,
         }
     }
 
@@ -160,6 +191,21 @@ impl RunSummary {
             self.items as f64 / secs,
             self.bytes as f64 / secs / 1e6
         ));
+    }
+
+    /// Adds what the autocacher did to the epochs (and the report itself).
+    pub fn with_cache(mut self, report: Option<granary_dispatcher::CacheReport>) -> RunSummary {
+        let Some(report) = report else { return self };
+        for epoch in &mut self.epochs {
+            if let Some(c) = report.epochs.iter().find(|c| c.epoch == epoch.epoch) {
+                epoch.cache = Some(c.mode.clone());
+                epoch.cache_bytes_read = Some(c.bytes_read);
+                epoch.cache_bytes_written = Some(c.bytes_written);
+                epoch.predicted_items_per_s = c.predicted_items_per_s;
+            }
+        }
+        self.cache = Some(report);
+        self
     }
 
     /// Sets the wall time and the rates derived from it, and the peak RSS.
@@ -334,14 +380,26 @@ pub fn print_summary(s: &RunSummary) {
         s.peak_rss_bytes.map(|b| format!(", peak RSS {} MiB", b >> 20)).unwrap_or_default()
     );
     for e in &s.epochs {
+        let cache = match (&e.cache, e.predicted_items_per_s) {
+            (Some(mode), predicted) => format!(
+                ", cache {mode} ({:.1} MB read, {:.1} MB written{})",
+                e.cache_bytes_read.unwrap_or(0) as f64 / 1e6,
+                e.cache_bytes_written.unwrap_or(0) as f64 / 1e6,
+                predicted.map(|p| format!(", {p:.0} items/s predicted")).unwrap_or_default()
+            ),
+            (None, _) => String::new(),
+        };
         println!(
-            "  epoch {}: {} items, {} batches, {:.2} s{}",
+            "  epoch {}: {} items, {} batches, {:.2} s{}{cache}",
             e.epoch,
             e.items,
             e.batches,
             e.seconds,
             e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
         );
+    }
+    if let Some(decision) = s.cache.as_ref().and_then(|c| c.decision.as_ref()) {
+        println!("  autocacher: {}", decision.reason);
     }
     if let Some(scaling) = &s.scaling {
         println!(

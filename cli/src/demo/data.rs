@@ -63,11 +63,14 @@ pub struct DataOptions {
     pub table_rows: usize,
     /// Seed of every random draw.
     pub seed: u64,
+    /// Image sides are 160 to 400 pixels times this (1: ImageNet-like; 6: camera-like photos,
+    /// whose decode dominates a pipeline).
+    pub image_scale: u32,
 }
 
 impl Default for DataOptions {
     fn default() -> DataOptions {
-        DataOptions { images: 256, text_lines: 2048, table_rows: 4096, seed: 0 }
+        DataOptions { images: 256, text_lines: 2048, table_rows: 4096, seed: 0, image_scale: 1 }
     }
 }
 
@@ -193,10 +196,10 @@ struct Sample {
 
 /// Makes image `idx`: smooth multi-octave color noise, a few soft translucent shapes, mild
 /// sensor-like noise; JPEG q90.
-fn make_image(seed: u64, idx: u64) -> anyhow::Result<Sample> {
+fn make_image(seed: u64, idx: u64, scale: u32) -> anyhow::Result<Sample> {
     let mut rng = stream(seed, 1, idx);
-    let w = rng.range(160, 400) as usize;
-    let h = rng.range(160, 400) as usize;
+    let w = rng.range(160, 400) as usize * scale.max(1) as usize;
+    let h = rng.range(160, 400) as usize * scale.max(1) as usize;
     let label = rng.below(CLASSES);
     let m = w.max(h) as f32;
     let mut px = vec![0f32; w * h * 3];
@@ -294,14 +297,16 @@ fn make_image(seed: u64, idx: u64) -> anyhow::Result<Sample> {
 }
 
 /// Makes images `0..n` on every core; the result is in index order.
-fn make_images(seed: u64, n: usize) -> anyhow::Result<Vec<Sample>> {
+fn make_images(seed: u64, n: usize, scale: u32) -> anyhow::Result<Vec<Sample>> {
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, 16);
     let chunk = n.div_ceil(threads).max(1);
     let parts: Vec<anyhow::Result<Vec<Sample>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .step_by(chunk)
             .map(|start| {
-                s.spawn(move || (start..(start + chunk).min(n)).map(|i| make_image(seed, i as u64)).collect())
+                s.spawn(move || {
+                    (start..(start + chunk).min(n)).map(|i| make_image(seed, i as u64, scale)).collect()
+                })
             })
             .collect();
         handles
@@ -360,7 +365,7 @@ fn write_images(dir: &Path, opts: &DataOptions, summary: &mut DataSummary) -> an
     let wds = dir.join("images-wds");
     fresh_dir(&train, |n| numbered(n, "", ".jpg"))?;
     fresh_dir(&wds, |n| numbered(n, "shard-", ".tar"))?;
-    let samples = make_images(opts.seed, opts.images)?;
+    let samples = make_images(opts.seed, opts.images, opts.image_scale)?;
 
     let mut labels = String::new();
     for (i, s) in samples.iter().enumerate() {
@@ -640,7 +645,7 @@ mod tests {
     }
 
     fn small() -> DataOptions {
-        DataOptions { images: 70, text_lines: 300, table_rows: 2500, seed: 11 }
+        DataOptions { images: 70, text_lines: 300, table_rows: 2500, seed: 11, image_scale: 1 }
     }
 
     #[test]
@@ -764,8 +769,16 @@ mod tests {
     #[test]
     fn a_smaller_run_removes_stale_files() {
         let dir = tempfile::tempdir().unwrap();
-        generate(dir.path(), &DataOptions { images: 130, text_lines: 20, table_rows: 10, seed: 1 }).unwrap();
-        generate(dir.path(), &DataOptions { images: 3, text_lines: 20, table_rows: 10, seed: 1 }).unwrap();
+        generate(
+            dir.path(),
+            &DataOptions { images: 130, text_lines: 20, table_rows: 10, seed: 1, image_scale: 1 },
+        )
+        .unwrap();
+        generate(
+            dir.path(),
+            &DataOptions { images: 3, text_lines: 20, table_rows: 10, seed: 1, image_scale: 1 },
+        )
+        .unwrap();
         assert_eq!(fs::read_dir(dir.path().join("images/train")).unwrap().count(), 3);
         assert_eq!(fs::read_dir(dir.path().join("images-wds")).unwrap().count(), 1);
     }

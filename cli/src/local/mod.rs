@@ -59,7 +59,14 @@ fn options(
     listen: std::net::SocketAddr,
 ) -> anyhow::Result<service::ServiceOptions> {
     engine_options(args.threads, &args.prefetch_bytes)?;
+    let cache_max_bytes = args
+        .cache_max_bytes
+        .as_deref()
+        .map(granary_crds::quantity::parse_bytes)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--cache-max-bytes: {e}"))?;
     Ok(service::ServiceOptions {
+        cache_max_bytes,
         listen,
         journal: args.journal.clone(),
         sizing: sizing(manifest, args)?,
@@ -79,9 +86,10 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
         let threads = options.worker_threads();
         let result = consume::consume(&local.address.to_string(), &local.pipeline, args, threads).await;
         let scaling = local.scaling().map(|s| s.report());
+        let cache = local.dispatcher.cache_report(&local.pipeline);
         // The only consumer is done: there is nothing left worth draining for.
         local.stop(END_OF_RUN_GRACE).await;
-        result.map(|summary| RunSummary { scaling, ..summary })
+        result.map(|summary| RunSummary { scaling, ..summary }.with_cache(cache))
     })
 }
 

@@ -69,6 +69,8 @@ pub struct ServiceOptions {
     pub normalize_on_worker: bool,
     /// Serve the dispatcher's metrics at `GET /metrics` here.
     pub metrics_addr: Option<SocketAddr>,
+    /// Store-wide budget of the cache stores in use.
+    pub cache_max_bytes: Option<u64>,
 }
 
 impl ServiceOptions {
@@ -88,7 +90,11 @@ impl LocalService {
         manifest: &granary_crds::Manifest,
         options: &ServiceOptions,
     ) -> anyhow::Result<LocalService> {
-        let config = DispatcherConfig { journal: options.journal.clone(), ..Default::default() };
+        let config = DispatcherConfig {
+            journal: options.journal.clone(),
+            cache_max_bytes: options.cache_max_bytes,
+            ..Default::default()
+        };
         let dispatcher = Dispatcher::new(config, Arc::new(WorkerCatalog)).await?;
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await

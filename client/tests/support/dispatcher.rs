@@ -187,4 +187,10 @@ impl Dispatcher for FakeDispatcher {
     ) -> Result<Response<ListWorkersResponse>, Status> {
         Ok(Response::new(ListWorkersResponse { workers: self.workers() }))
     }
+    async fn report_cache_profile(
+        &self,
+        _: Request<ReportCacheProfileRequest>,
+    ) -> Result<Response<ReportCacheProfileResponse>, Status> {
+        Ok(Response::new(ReportCacheProfileResponse {}))
+    }
 }

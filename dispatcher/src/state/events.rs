@@ -1,8 +1,10 @@
 //! Journal events: what must survive a dispatcher restart, and how replaying them rebuilds the
 //! state. Liveness, leases and metrics are not journaled: workers and clients re-register.
 
+use super::cache::Chosen;
 use super::{PipelineFacts, SplitStatus, State};
 use crate::plan::Mode;
+use granary_policies::caching::CacheDecision;
 
 /// One durable change.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -39,6 +41,50 @@ pub enum Event {
         /// Split id.
         split: u64,
     },
+    /// The autocacher decided for a pipeline's generation.
+    CacheDecided {
+        /// Pipeline name.
+        pipeline: String,
+        /// The generation decided for.
+        generation: u64,
+        /// The decision, with its reason.
+        decision: CacheDecision,
+        /// The chosen entry's fingerprint; empty when computing.
+        fingerprint: String,
+        /// The chosen cut; 0 when computing.
+        boundary: usize,
+        /// Name of the stage whose output is cached; empty when computing.
+        stage: String,
+        /// The slowest job's epoch when decided.
+        epoch: u32,
+    },
+    /// A split of an entry was published.
+    CacheSplitWritten {
+        /// The cache store URL.
+        store: String,
+        /// The entry.
+        fingerprint: String,
+        /// Split id.
+        split: u64,
+        /// Stored bytes.
+        bytes: u64,
+    },
+    /// A split of an entry failed verification: it is not read again.
+    CacheSplitBad {
+        /// The cache store URL.
+        store: String,
+        /// The entry.
+        fingerprint: String,
+        /// Split id.
+        split: u64,
+    },
+    /// An entry was removed from its store.
+    CacheEvicted {
+        /// The cache store URL.
+        store: String,
+        /// The entry.
+        fingerprint: String,
+    },
 }
 
 impl State {
@@ -46,15 +92,7 @@ impl State {
     pub fn apply(&mut self, event: &Event) {
         match event {
             Event::Pipeline { name, generation, facts } => {
-                self.pipelines.insert(
-                    name.clone(),
-                    super::Pipeline {
-                        facts: facts.clone(),
-                        generation: *generation,
-                        jobs: Default::default(),
-                        failed: None,
-                    },
-                );
+                self.pipelines.insert(name.clone(), super::Pipeline::new(facts.clone(), *generation));
             }
             Event::Job { pipeline, job, mode, consumers } => {
                 if let Err(e) = self.ensure_job(pipeline, job, *mode, *consumers) {
@@ -71,6 +109,31 @@ impl State {
                     j.epoch(*epoch).status[*split as usize] = SplitStatus::Done;
                 }
             }
+            Event::CacheDecided { pipeline, generation, decision, fingerprint, boundary, stage, epoch } => {
+                if let Some(p) = self.pipelines.get_mut(pipeline)
+                    && p.generation == *generation
+                {
+                    p.cache.decision = Some(Chosen {
+                        decision: decision.clone(),
+                        fingerprint: fingerprint.clone(),
+                        boundary: *boundary,
+                        stage: stage.clone(),
+                        epoch: *epoch,
+                    });
+                }
+            }
+            Event::CacheSplitWritten { store, fingerprint, split, bytes } => {
+                self.cache_entries
+                    .entry((store.clone(), fingerprint.clone()))
+                    .or_default()
+                    .written(*split, *bytes);
+            }
+            Event::CacheSplitBad { store, fingerprint, split } => {
+                self.cache_entries.entry((store.clone(), fingerprint.clone())).or_default().mark_bad(*split);
+            }
+            Event::CacheEvicted { store, fingerprint } => {
+                self.cache_entries.remove(&(store.clone(), fingerprint.clone()));
+            }
         }
         self.events.clear();
     }
@@ -84,6 +147,17 @@ impl State {
                 generation: p.generation,
                 facts: p.facts.clone(),
             });
+            if let Some(c) = &p.cache.decision {
+                out.push(Event::CacheDecided {
+                    pipeline: name.clone(),
+                    generation: p.generation,
+                    decision: c.decision.clone(),
+                    fingerprint: c.fingerprint.clone(),
+                    boundary: c.boundary,
+                    stage: c.stage.clone(),
+                    epoch: c.epoch,
+                });
+            }
             for (job, j) in &p.jobs {
                 out.push(Event::Job {
                     pipeline: name.clone(),
@@ -103,6 +177,23 @@ impl State {
                         }
                     }
                 }
+            }
+        }
+        for ((store, fingerprint), entry) in &self.cache_entries {
+            for (&split, &bytes) in &entry.complete {
+                out.push(Event::CacheSplitWritten {
+                    store: store.clone(),
+                    fingerprint: fingerprint.clone(),
+                    split,
+                    bytes,
+                });
+            }
+            for &split in &entry.bad {
+                out.push(Event::CacheSplitBad {
+                    store: store.clone(),
+                    fingerprint: fingerprint.clone(),
+                    split,
+                });
             }
         }
         out

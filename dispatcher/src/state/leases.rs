@@ -78,8 +78,12 @@ impl State {
                 job: lease.job.clone(),
                 replay,
                 deadline: now + self.timing.lease_ms,
+                cache: lease.cache.clone(),
             },
         );
+        if let Some(task) = &lease.cache {
+            self.adopt_cache_task(&lease.pipeline, task, lease.split, lease.lease_id);
+        }
         self.next_lease = self.next_lease.max(lease.lease_id + 1);
         if let Some(w) = self.workers.get_mut(worker) {
             w.leases.insert(lease.lease_id);
@@ -142,13 +146,19 @@ impl State {
     /// another. `None` when there is nothing to do now.
     pub fn lease(&mut self, worker: &str, now: u64) -> Result<Option<pb::Lease>, DispatchError> {
         let filter = self.worker_mut(worker)?.pipeline.clone();
+        let names: Vec<String> = self
+            .pipelines
+            .iter()
+            .filter(|(name, p)| filter.as_deref().is_none_or(|f| f == name.as_str()) && p.failed.is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
         let mut jobs: Vec<(String, String)> = Vec::new();
-        for (name, p) in &self.pipelines {
-            if filter.as_deref().is_some_and(|f| f != name) || p.failed.is_some() {
-                continue;
-            }
-            for job in p.jobs.keys() {
-                jobs.push((name.clone(), job.clone()));
+        for name in names {
+            self.cache_profile_timeout(&name, now);
+            if let Some(p) = self.pipelines.get(&name) {
+                for job in p.jobs.keys() {
+                    jobs.push((name.clone(), job.clone()));
+                }
             }
         }
         if jobs.is_empty() {
@@ -217,6 +227,7 @@ impl State {
             }
             None => (0, Vec::new(), 0),
         };
+        let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
         self.leases.insert(
             id,
             LeaseEntry {
@@ -225,6 +236,7 @@ impl State {
                 job: job_name.to_string(),
                 replay,
                 deadline: now + lease_ms,
+                cache: Some(cache.clone()),
             },
         );
         if let Some(w) = self.workers.get_mut(worker) {
@@ -244,6 +256,7 @@ impl State {
                 .collect(),
             duration_ms: lease_ms as u32,
             only_consumer: replay.only,
+            cache: Some(cache),
         }
     }
 
@@ -256,14 +269,16 @@ impl State {
         {
             w.leases.remove(&req.lease_id);
         }
-        let (pipeline, job_name, replay) = match lease {
-            Some(l) => (l.pipeline, l.job, l.replay),
+        let (pipeline, job_name, replay, task) = match lease {
+            Some(l) => (l.pipeline, l.job, l.replay, l.cache),
             None => (
                 req.pipeline.clone(),
                 req.job.clone(),
                 Replay { epoch: req.epoch, split: req.split, only: None },
+                None,
             ),
         };
+        self.cache_complete(&pipeline, task.as_ref(), req, replay.epoch, replay.split);
         let p = self.pipelines.get_mut(&pipeline).ok_or_else(|| {
             DispatchError::NotFound(format!(
                 "lease {} names pipeline `{pipeline}`, which is not registered",
@@ -323,6 +338,7 @@ impl State {
         if let Some(w) = self.workers.get_mut(&l.worker) {
             w.leases.remove(&lease);
         }
+        self.cache_release(&l.pipeline, l.cache.as_ref(), l.replay.split, lease);
         let Some(job) = self.pipelines.get_mut(&l.pipeline).and_then(|p| p.jobs.get_mut(&l.job)) else {
             return;
         };

@@ -2,10 +2,19 @@
 //! start, as data) in, answers and journal events out. No I/O and no clock here, so every rule is
 //! tested directly.
 
+mod cache;
+mod cache_config;
+mod cache_inputs;
+mod cache_leases;
+mod cache_report;
 mod consumers;
 mod events;
 mod leases;
 
+pub use cache::{PROFILE_WAIT_MS, StoreUse};
+pub use cache_config::CacheConfig;
+pub use cache_inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
+pub use cache_report::{CacheReport, EpochCache};
 pub use events::Event;
 
 use crate::plan::{EpochPlan, Mode, PlanSettings};
@@ -130,6 +139,15 @@ pub(crate) struct Pipeline {
     pub(crate) jobs: BTreeMap<String, Job>,
     /// Set when the source no longer matches the plan.
     pub(crate) failed: Option<String>,
+    /// Cache settings, profile, decision and figures.
+    pub(crate) cache: cache::PipelineCache,
+}
+
+impl Pipeline {
+    pub(crate) fn new(facts: PipelineFacts, generation: u64) -> Pipeline {
+        let cache = cache::PipelineCache::new(&facts.manifest_json);
+        Pipeline { facts, generation, jobs: BTreeMap::new(), failed: None, cache }
+    }
 }
 
 pub(crate) struct WorkerEntry {
@@ -146,6 +164,8 @@ pub(crate) struct LeaseEntry {
     pub(crate) job: String,
     pub(crate) replay: Replay,
     pub(crate) deadline: u64,
+    /// The cache task the lease was given.
+    pub(crate) cache: Option<pb::CacheTask>,
 }
 
 /// Metrics of one pipeline, latest report of each worker and consumer, for the policies.
@@ -188,6 +208,10 @@ pub struct State {
     pub(crate) events: Vec<Event>,
     /// Round-robin position over (pipeline, job) for leasing.
     pub(crate) turn: usize,
+    /// Cache entries by (store URL, fingerprint), shared by the pipelines that choose them.
+    pub(crate) cache_entries: BTreeMap<cache::EntryKey, cache::EntryState>,
+    /// Entries pipelines started reading, for the service to touch.
+    pub(crate) cache_touches: Vec<cache::EntryKey>,
 }
 
 impl State {
@@ -203,6 +227,8 @@ impl State {
             next_id: id_base,
             events: Vec::new(),
             turn: 0,
+            cache_entries: BTreeMap::new(),
+            cache_touches: Vec::new(),
         }
     }
 
@@ -237,8 +263,7 @@ impl State {
         }
         let generation = self.pipelines.get(name).map_or(1, |p| p.generation + 1);
         self.events.push(Event::Pipeline { name: name.to_string(), generation, facts: facts.clone() });
-        self.pipelines
-            .insert(name.to_string(), Pipeline { facts, generation, jobs: BTreeMap::new(), failed: None });
+        self.pipelines.insert(name.to_string(), Pipeline::new(facts, generation));
         Ok(generation)
     }
 
@@ -254,6 +279,7 @@ impl State {
             elements: p.facts.counts.iter().sum(),
             epochs: p.facts.epochs,
             batch_size: p.facts.batch as u32,
+            cache_profile_wanted: p.cache.wants_profile(),
         })
     }
 
@@ -340,6 +366,7 @@ impl State {
     /// Forgets silent workers (their leases go back to the front of the queue), expires leases
     /// past their deadline, and marks silent consumers gone.
     pub fn expire(&mut self, now: u64) {
+        self.stamp_profile_waits(now);
         let lease_ms = self.timing.lease_ms;
         let dead: Vec<String> = self
             .workers
@@ -386,5 +413,7 @@ pub(crate) fn check_name(field: &str, value: &str) -> Result<(), DispatchError> 
     Ok(())
 }
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,16 @@
 //! The assembler: restores task order, shuffles within each split, stacks batches.
 
-use super::{Done, ExecError, Output, Plan, Task};
+use super::{CacheUse, Done, ExecError, Output, Plan, Task};
 use crate::batch::{BatchBuilder, BatchOrigin};
 use crate::budget::Budget;
+use crate::cache::write::WriteThread;
+use crate::cache::{CacheOutcome, ReadReport};
 use crate::element::Element;
 use crate::seed::{SeededRng, Stream};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio::runtime::Handle;
 
 /// Per-split state: the shuffle buffer and the batch under construction.
 struct SplitState {
@@ -18,12 +21,15 @@ struct SplitState {
     builder: BatchBuilder,
     sequence: u64,
     elements: u64,
+    /// The split's entry is being written.
+    writing: bool,
 }
 
 type Out<'a> = &'a Sender<Result<Output, ExecError>>;
 
 impl SplitState {
-    fn new(plan: &Plan, task: Task, split_id: u64) -> SplitState {
+    fn new(plan: &Plan, task: Task, split_id: u64, writer: &mut Writer<'_>) -> SplitState {
+        let writing = writer.begin(plan, task, split_id);
         let rng = (plan.shuffle_buffer > 0)
             .then(|| SeededRng::new(plan.seed, Stream::Shuffle, &[u64::from(task.epoch), split_id]));
         SplitState {
@@ -34,6 +40,7 @@ impl SplitState {
             builder: BatchBuilder::new(plan.batch_size),
             sequence: 0,
             elements: 0,
+            writing,
         }
     }
 
@@ -75,7 +82,7 @@ impl SplitState {
     }
 
     /// Drains the shuffle buffer and emits the tail batch and the split's completion.
-    fn finish(mut self, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
+    fn finish(mut self, out: Out<'_>, budget: &Arc<Budget>, cache: CacheOutcome) -> Result<bool, ExecError> {
         if let Some(mut rng) = self.rng.take() {
             while !self.buffer.is_empty() {
                 let i = rng.below(self.buffer.len() as u64) as usize;
@@ -88,17 +95,71 @@ impl SplitState {
         if !self.builder.is_empty() && !self.emit(true, out, budget) {
             return Ok(false);
         }
-        Ok(out.send(Ok(Output::SplitDone { task: self.task, elements: self.elements })).is_ok())
+        Ok(out.send(Ok(Output::SplitDone { task: self.task, elements: self.elements, cache })).is_ok())
     }
 }
 
-pub(super) fn run(plan: &Plan, done: &Receiver<Done>, out: Out<'_>, budget: &Arc<Budget>) {
-    if let Err(e) = assemble(plan, done, out, budget) {
+/// The cache writer, started on the first task that writes.
+struct Writer<'a> {
+    rt: &'a Handle,
+    thread: Option<WriteThread>,
+}
+
+impl Writer<'_> {
+    /// Begins writing `task`'s split when the task writes the cache; true if it does.
+    fn begin(&mut self, plan: &Plan, task: Task, split_id: u64) -> bool {
+        let CacheUse::Write { cut } = task.cache else { return false };
+        let Some(cache) = plan.cache.as_ref() else { return false };
+        let Some(entry) = cache.cut(cut) else { return false };
+        if self.thread.is_none() {
+            match WriteThread::start(Arc::clone(cache), self.rt.clone()) {
+                Ok(t) => self.thread = Some(t),
+                Err(e) => {
+                    tracing::warn!("cannot start the cache writer thread: {e}; computing without writing");
+                    return false;
+                }
+            }
+        }
+        if let Some(t) = &self.thread {
+            t.begin(entry, split_id);
+        }
+        true
+    }
+
+    fn record(&self, record: Vec<u8>) {
+        if let Some(t) = &self.thread {
+            t.record(record);
+        }
+    }
+
+    fn end(&self, read: ReadReport) -> CacheOutcome {
+        let mut outcome = CacheOutcome::from_read(read);
+        if let Some(t) = &self.thread {
+            let report = t.end();
+            outcome.written = report.written;
+            outcome.bytes_written = report.bytes;
+            if report.problem.is_some() {
+                outcome.problem = report.problem;
+            }
+        }
+        outcome
+    }
+}
+
+pub(super) fn run(plan: &Plan, done: &Receiver<Done>, out: Out<'_>, budget: &Arc<Budget>, rt: &Handle) {
+    if let Err(e) = assemble(plan, done, out, budget, rt) {
         let _ = out.send(Err(e));
     }
 }
 
-fn assemble(plan: &Plan, done: &Receiver<Done>, out: Out<'_>, budget: &Arc<Budget>) -> Result<(), ExecError> {
+fn assemble(
+    plan: &Plan,
+    done: &Receiver<Done>,
+    out: Out<'_>,
+    budget: &Arc<Budget>,
+    rt: &Handle,
+) -> Result<(), ExecError> {
+    let mut writer = Writer { rt, thread: None };
     let mut pending: BTreeMap<u64, Done> = BTreeMap::new();
     let mut next = 0u64;
     let mut split: Option<SplitState> = None;
@@ -108,18 +169,30 @@ fn assemble(plan: &Plan, done: &Receiver<Done>, out: Out<'_>, budget: &Arc<Budge
             next += 1;
             match item {
                 Done::Failed { error, .. } => return Err(error),
-                Done::Element { task, split_id, element, permit, .. } => {
+                Done::Element { task, split_id, element, record, permit, .. } => {
                     // The element leaves the in-flight budget: the shuffle buffer and the batch
                     // under construction are sized by the spec, not by prefetching.
                     drop(permit);
-                    let state = split.get_or_insert_with(|| SplitState::new(plan, task, split_id));
+                    let state = match split.as_mut() {
+                        Some(state) => state,
+                        None => split.insert(SplitState::new(plan, task, split_id, &mut writer)),
+                    };
+                    if state.writing
+                        && let Some(record) = record
+                    {
+                        writer.record(record);
+                    }
                     if !state.push(plan, element, out, budget)? {
                         return Ok(());
                     }
                 }
-                Done::SplitEnd { task, split_id, .. } => {
-                    let state = split.take().unwrap_or_else(|| SplitState::new(plan, task, split_id));
-                    if !state.finish(out, budget)? {
+                Done::SplitEnd { task, split_id, read, .. } => {
+                    let state = match split.take() {
+                        Some(state) => state,
+                        None => SplitState::new(plan, task, split_id, &mut writer),
+                    };
+                    let cache = if state.writing { writer.end(read) } else { CacheOutcome::from_read(read) };
+                    if !state.finish(out, budget, cache)? {
                         return Ok(());
                     }
                 }

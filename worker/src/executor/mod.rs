@@ -12,9 +12,11 @@
 //! same for any thread count, and a split re-run yields the same batches.
 
 mod assemble;
+mod cached;
 
 use crate::batch::{Batch, BatchError};
 use crate::budget::{Budget, Permit};
+use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
 use crate::element::Element;
 use crate::ops::Operator;
 use crate::seed::SeededRng;
@@ -34,6 +36,8 @@ pub struct Stage {
     pub path: String,
     /// The implementation.
     pub op: Box<dyn Operator>,
+    /// Index in `spec.stages` of the first stage it implements (a fused stage covers several).
+    pub first: usize,
 }
 
 /// Everything the executor needs to know about the pipeline.
@@ -46,6 +50,43 @@ pub struct Plan {
     pub batch_size: usize,
     /// Shuffle buffer size within a split; 0 keeps the order.
     pub shuffle_buffer: usize,
+    /// Stages of `spec.stages` that `stages` implement (a final normalization left to the
+    /// consumer is not among them).
+    pub spec_stages: usize,
+    /// The cache store and the cuts whose entries tasks may write or read.
+    pub cache: Option<Arc<EngineCache>>,
+}
+
+impl Plan {
+    /// The index in `stages` where cut `cut` of `spec.stages` falls (the entry holds the output
+    /// of `spec.stages[cut - 1]`), when the stages as they run have a boundary there.
+    pub fn stage_at_cut(&self, cut: usize) -> Option<usize> {
+        if cut == self.spec_stages {
+            return Some(self.stages.len());
+        }
+        self.stages.iter().position(|s| s.first == cut)
+    }
+}
+
+/// What a task does with the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheUse {
+    /// Run every stage from the source.
+    #[default]
+    Compute,
+    /// Run every stage and write the elements at cut `cut` into the entry of that cut.
+    Write {
+        /// Stages of `spec.stages` before the cut.
+        cut: usize,
+    },
+    /// Read the entry of cut `cut` and run only the stages after it; on a bad or unreadable
+    /// entry, compute the rest of the split from the source.
+    Read {
+        /// Stages of `spec.stages` before the cut.
+        cut: usize,
+        /// Elements the split has; an entry that says otherwise is bad.
+        elements: u64,
+    },
 }
 
 /// One split of one epoch to run.
@@ -55,6 +96,15 @@ pub struct Task {
     pub epoch: u32,
     /// Index of the split in the source's listing.
     pub split: usize,
+    /// Whether it writes or reads the cache.
+    pub cache: CacheUse,
+}
+
+impl Task {
+    /// A task that computes split `split` of epoch `epoch`.
+    pub fn compute(epoch: u32, split: usize) -> Task {
+        Task { epoch, split, cache: CacheUse::Compute }
+    }
 }
 
 /// Executor settings.
@@ -84,6 +134,8 @@ pub enum Output {
         task: Task,
         /// Elements the split produced.
         elements: u64,
+        /// What the cache did for it.
+        cache: CacheOutcome,
     },
 }
 
@@ -114,14 +166,44 @@ pub enum ExecError {
 }
 
 enum Work {
-    Element { seq: u64, task: Task, split_id: u64, index: u64, element: Element, permit: Permit },
-    SplitEnd { seq: u64, task: Task, split_id: u64 },
+    /// An element to run through `stages[start..]`.
+    Element {
+        seq: u64,
+        task: Task,
+        split_id: u64,
+        index: u64,
+        start: usize,
+        element: Element,
+        permit: Permit,
+    },
+    SplitEnd {
+        seq: u64,
+        task: Task,
+        split_id: u64,
+        read: ReadReport,
+    },
 }
 
 enum Done {
-    Element { seq: u64, task: Task, split_id: u64, element: Element, permit: Permit },
-    SplitEnd { seq: u64, task: Task, split_id: u64 },
-    Failed { seq: u64, error: ExecError },
+    /// A finished element, with its cache record when the task writes one.
+    Element {
+        seq: u64,
+        task: Task,
+        split_id: u64,
+        element: Element,
+        record: Option<Vec<u8>>,
+        permit: Permit,
+    },
+    SplitEnd {
+        seq: u64,
+        task: Task,
+        split_id: u64,
+        read: ReadReport,
+    },
+    Failed {
+        seq: u64,
+        error: ExecError,
+    },
 }
 
 impl Done {
@@ -137,11 +219,22 @@ impl Done {
 pub struct StageTimes {
     nanos: Vec<AtomicU64>,
     elements: AtomicU64,
+    /// Time spent encoding cache records.
+    encode_nanos: AtomicU64,
 }
 
 impl StageTimes {
     fn new(stages: usize) -> StageTimes {
-        StageTimes { nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(), elements: AtomicU64::new(0) }
+        StageTimes {
+            nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(),
+            elements: AtomicU64::new(0),
+            encode_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Nanoseconds spent encoding cache records so far.
+    pub fn encode_nanos(&self) -> u64 {
+        self.encode_nanos.load(Ordering::Relaxed)
     }
 
     /// Nanoseconds spent in each stage (in plan order) and the elements computed, so far.
@@ -247,7 +340,9 @@ pub fn execute(
     handles.push(spawn("granary-reader", {
         let budget = Arc::clone(&budget);
         let done_tx = done_tx.clone();
-        move || read(&source, tasks, &budget, &work_tx, &done_tx, &rt)
+        let plan = Arc::clone(&plan);
+        let rt = rt.clone();
+        move || read(&source, &plan, tasks, &budget, &work_tx, &done_tx, &rt)
     }));
     let times = Arc::new(StageTimes::new(plan.stages.len()));
     for i in 0..threads {
@@ -261,7 +356,7 @@ pub fn execute(
     drop(done_tx);
     handles.push(spawn("granary-assembler", {
         let budget = Arc::clone(&budget);
-        move || assemble::run(&plan, &done_rx, &out_tx, &budget)
+        move || assemble::run(&plan, &done_rx, &out_tx, &budget, &rt)
     }));
     Execution { outputs: out_rx, budget, times, threads: handles, failed: false }
 }
@@ -274,6 +369,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 
 fn read(
     source: &Source,
+    plan: &Plan,
     tasks: Tasks,
     budget: &Arc<Budget>,
     work: &Sender<Work>,
@@ -287,22 +383,31 @@ fn read(
             let _ = done.send(Done::Failed { seq, error });
             return;
         };
-        let mut index = 0u64;
         let mut stopped = false;
-        let result = source.read_split(split, rt, &mut |element| {
+        let mut send = |index: u64, start: usize, element: Element| {
             let Some(permit) = budget.acquire(element.nbytes()) else {
                 stopped = true;
                 return false;
             };
-            let item = Work::Element { seq, task, split_id: split.id, index, element, permit };
+            let item = Work::Element { seq, task, split_id: split.id, index, start, element, permit };
             if work.send(item).is_err() {
                 stopped = true;
                 return false;
             }
             seq += 1;
-            index += 1;
             true
-        });
+        };
+        // Elements before `from` came from the cache; the source supplies the rest.
+        let (from, mut read) = cached::read(plan, task, split.id, rt, &mut send);
+        let mut index = 0u64;
+        let result = match from {
+            Some(from) => source.read_split(split, rt, &mut |element| {
+                let i = index;
+                index += 1;
+                i < from || send(i, 0, element)
+            }),
+            None => Ok(()),
+        };
         if stopped {
             return;
         }
@@ -310,9 +415,12 @@ fn read(
             let _ = done.send(Done::Failed { seq, error: e.into() });
             return;
         }
+        if let (CacheUse::Read { .. }, Some(from)) = (task.cache, from) {
+            read.recomputed = index.saturating_sub(from);
+        }
         let end = seq;
         seq = end + 1;
-        if work.send(Work::SplitEnd { seq: end, task, split_id: split.id }).is_err() {
+        if work.send(Work::SplitEnd { seq: end, task, split_id: split.id, read }).is_err() {
             return;
         }
     }
@@ -321,13 +429,13 @@ fn read(
 fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &StageTimes) {
     for item in work.iter() {
         let out = match item {
-            Work::SplitEnd { seq, task, split_id } => Done::SplitEnd { seq, task, split_id },
-            Work::Element { seq, task, split_id, index, mut element, mut permit } => {
+            Work::SplitEnd { seq, task, split_id, read } => Done::SplitEnd { seq, task, split_id, read },
+            Work::Element { seq, task, split_id, index, start, mut element, mut permit } => {
                 let mut rng = SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, index);
-                match apply(plan, &mut element, &mut rng, times) {
-                    Ok(()) => {
+                match run_element(plan, task, start, &mut element, &mut rng, times) {
+                    Ok(record) => {
                         permit.resize(element.nbytes());
-                        Done::Element { seq, task, split_id, element, permit }
+                        Done::Element { seq, task, split_id, element, record, permit }
                     }
                     Err(error) => Done::Failed { seq, error },
                 }
@@ -339,14 +447,47 @@ fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &Stag
     }
 }
 
+/// Runs `stages[start..]` on an element; a task that writes the cache also gets the element's
+/// record as it is at its cut.
+fn run_element(
+    plan: &Plan,
+    task: Task,
+    start: usize,
+    element: &mut Element,
+    rng: &mut SeededRng,
+    times: &StageTimes,
+) -> Result<Option<Vec<u8>>, ExecError> {
+    let cut = match task.cache {
+        CacheUse::Write { cut } if start == 0 => plan.stage_at_cut(cut),
+        _ => None,
+    };
+    let record = match cut {
+        None => {
+            apply(plan, start.min(plan.stages.len())..plan.stages.len(), element, rng, times)?;
+            None
+        }
+        Some(j) => {
+            apply(plan, 0..j, element, rng, times)?;
+            let begin = Instant::now();
+            let record = record::to_bytes(element);
+            times.encode_nanos.fetch_add(begin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            apply(plan, j..plan.stages.len(), element, rng, times)?;
+            Some(record)
+        }
+    };
+    times.elements.fetch_add(1, Ordering::Relaxed);
+    Ok(record)
+}
+
 fn apply(
     plan: &Plan,
+    stages: std::ops::Range<usize>,
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
 ) -> Result<(), ExecError> {
     let mut start = Instant::now();
-    for (stage, nanos) in plan.stages.iter().zip(&times.nanos) {
+    for (stage, nanos) in plan.stages[stages.clone()].iter().zip(&times.nanos[stages]) {
         stage.op.apply(element, rng).map_err(|e| ExecError::Op {
             path: stage.path.clone(),
             stage: stage.name.clone(),
@@ -357,6 +498,5 @@ fn apply(
         nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);
         start = now;
     }
-    times.elements.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

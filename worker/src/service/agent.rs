@@ -14,8 +14,9 @@ use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::EngineOptions;
 use granary_proto::v1::dispatcher_client::DispatcherClient;
 use granary_proto::v1::{
-    CompleteSplitRequest, GetPipelineRequest, Lease, LeaseSplitRequest, RegisterWorkerRequest,
-    ReturnLeaseRequest, WorkerHeartbeatRequest, WorkerHeartbeatResponse, WorkerMetrics,
+    CacheOutcome, CacheProfile, CompleteSplitRequest, GetPipelineRequest, Lease, LeaseSplitRequest,
+    RegisterWorkerRequest, ReportCacheProfileRequest, ReturnLeaseRequest, WorkerHeartbeatRequest,
+    WorkerHeartbeatResponse, WorkerMetrics,
 };
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -315,6 +316,10 @@ impl Agent {
             elements: self.counters.elements.load(Ordering::Relaxed),
             parts: taken.parts.load(Ordering::Relaxed),
             bytes: taken.bytes.load(Ordering::Relaxed),
+            cache_read: self.counters.cache_bytes_read.load(Ordering::Relaxed),
+            cache_written: self.counters.cache_bytes_written.load(Ordering::Relaxed),
+            cache_bad: self.counters.cache_bad_splits.load(Ordering::Relaxed),
+            cache_recomputed: self.counters.cache_recomputed.load(Ordering::Relaxed),
         };
         let sample = sampler.sample(Inputs {
             elements_total: totals.elements,
@@ -425,18 +430,23 @@ impl Agent {
 
     /// The engine for the lease's pipeline, at the lease's generation or newer.
     async fn producer_for(&self, lease: &Lease) -> Result<Arc<Producer>, StartError> {
-        let existing = self.producers().get(&lease.pipeline).cloned();
+        self.producer_of(&lease.pipeline, lease.generation).await
+    }
+
+    /// The engine of `pipeline`, at `generation` or newer.
+    async fn producer_of(&self, pipeline: &str, generation: u64) -> Result<Arc<Producer>, StartError> {
+        let existing = self.producers().get(pipeline).cloned();
         if let Some(producer) = &existing
-            && producer.generation() >= lease.generation
+            && producer.generation() >= generation
         {
             return Ok(Arc::clone(producer));
         }
-        let request = GetPipelineRequest { name: lease.pipeline.clone() };
+        let request = GetPipelineRequest { name: pipeline.to_string() };
         let info = self
             .client()
             .get_pipeline(request)
             .await
-            .map_err(|status| StartError::Pipeline { pipeline: lease.pipeline.clone(), status })?
+            .map_err(|status| StartError::Pipeline { pipeline: pipeline.to_string(), status })?
             .into_inner();
         if let Some(producer) = existing
             && producer.generation() >= info.generation
@@ -458,8 +468,30 @@ impl Agent {
             "engine ready"
         );
         // A replaced engine finishes the splits it was fed, then ends.
-        self.producers().insert(lease.pipeline.clone(), Arc::clone(&producer));
+        self.producers().insert(pipeline.to_string(), Arc::clone(&producer));
         Ok(producer)
+    }
+
+    /// Sends the autocacher's input (best effort: without it the dispatcher decides to compute).
+    async fn report_cache_profile(&self, pipeline: String, generation: u64, profile: CacheProfile) {
+        tracing::info!(
+            %pipeline,
+            elements = profile.sampled_elements,
+            cuts = profile.boundaries.len(),
+            read_mb_s = profile.read_bytes_per_second / 1e6,
+            write_mb_s = profile.write_bytes_per_second / 1e6,
+            error = %profile.error,
+            "measured the cache profile"
+        );
+        let request = ReportCacheProfileRequest {
+            worker_id: self.worker_id(),
+            pipeline: pipeline.clone(),
+            generation,
+            profile: Some(profile),
+        };
+        if let Err(status) = self.client().report_cache_profile(request).await {
+            tracing::warn!(%pipeline, "ReportCacheProfile failed: {}", status.message());
+        }
     }
 
     /// Stops holding `id` and gives it back to the dispatcher (best effort: an unreturned lease
@@ -495,12 +527,17 @@ impl Agent {
 
     fn handle(self: &Arc<Self>, event: Event, completions: &mut JoinSet<()>) {
         match event {
-            Event::Produced { lease_id, elements, delivered } => {
+            Event::Produced { lease_id, elements, delivered, cache } => {
                 self.leases.produced(lease_id);
                 let agent = Arc::clone(self);
-                completions.spawn(async move { agent.complete(lease_id, elements, delivered).await });
+                completions.spawn(async move { agent.complete(lease_id, elements, delivered, cache).await });
             }
             Event::Abandoned { lease_id } => self.leases.produced(lease_id),
+            Event::CacheProfile { pipeline, generation, profile } => {
+                let agent = Arc::clone(self);
+                completions
+                    .spawn(async move { agent.report_cache_profile(pipeline, generation, profile).await });
+            }
             Event::Failed { pipeline, generation, leases, error } => {
                 tracing::error!(%pipeline, generation, leases = leases.len(), "the engine failed: {error}");
                 {
@@ -518,7 +555,7 @@ impl Agent {
     }
 
     /// Once the split's ends were taken by every consumer stream, tells the dispatcher.
-    async fn complete(&self, id: u64, elements: u64, delivered: Delivered) {
+    async fn complete(&self, id: u64, elements: u64, delivered: Delivered, cache: CacheOutcome) {
         delivered.wait().await;
         let mut backoff = Backoff::new();
         let mut not_found = 0;
@@ -534,6 +571,7 @@ impl Agent {
                 epoch: lease.epoch,
                 split: lease.split,
                 elements,
+                cache: Some(cache.clone()),
             };
             match self.client().complete_split(request).await {
                 Ok(_) => {

@@ -13,6 +13,14 @@ pub struct Totals {
     pub parts: u64,
     /// Payload bytes taken by consumer streams.
     pub bytes: u64,
+    /// Cache entry bytes read, as stored.
+    pub cache_read: u64,
+    /// Cache entry bytes written and published.
+    pub cache_written: u64,
+    /// Splits whose cache entry failed verification.
+    pub cache_bad: u64,
+    /// Elements computed after a failed cache read.
+    pub cache_recomputed: u64,
 }
 
 /// The worker's metrics in a registry of their own.
@@ -27,6 +35,10 @@ pub struct Exposition {
     cores: IntGauge,
     cpu: Gauge,
     stage_seconds: GaugeVec,
+    cache_read: IntCounter,
+    cache_written: IntCounter,
+    cache_bad: IntCounter,
+    cache_recomputed: IntCounter,
 }
 
 impl Exposition {
@@ -45,6 +57,22 @@ impl Exposition {
         let bytes = counter(
             "granary_worker_sent_bytes_total",
             "Tensor payload bytes consumers took from this worker.",
+        )?;
+        let cache_read = counter(
+            "granary_worker_cache_read_bytes_total",
+            "Cache entry bytes (as stored) this worker read.",
+        )?;
+        let cache_written = counter(
+            "granary_worker_cache_written_bytes_total",
+            "Cache entry bytes this worker wrote and published.",
+        )?;
+        let cache_bad = counter(
+            "granary_worker_cache_bad_splits_total",
+            "Split entries that failed verification (checksum, size, manifest) and were recomputed.",
+        )?;
+        let cache_recomputed = counter(
+            "granary_worker_cache_recomputed_elements_total",
+            "Elements computed from the source after a cache read failed.",
         )?;
         let gauge = |name: &str, help: &str| -> Result<IntGauge, _> {
             let g = IntGauge::with_opts(Opts::new(name, help))?;
@@ -80,6 +108,10 @@ impl Exposition {
             cores,
             cpu,
             stage_seconds,
+            cache_read,
+            cache_written,
+            cache_bad,
+            cache_recomputed,
         })
     }
 
@@ -90,9 +122,15 @@ impl Exposition {
 
     /// Records a heartbeat's sample.
     pub fn observe(&self, totals: Totals, sample: &WorkerMetrics) {
-        for (counter, total) in
-            [(&self.elements, totals.elements), (&self.parts, totals.parts), (&self.bytes, totals.bytes)]
-        {
+        for (counter, total) in [
+            (&self.elements, totals.elements),
+            (&self.parts, totals.parts),
+            (&self.bytes, totals.bytes),
+            (&self.cache_read, totals.cache_read),
+            (&self.cache_written, totals.cache_written),
+            (&self.cache_bad, totals.cache_bad),
+            (&self.cache_recomputed, totals.cache_recomputed),
+        ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
         self.buffered.set(i64::from(sample.buffered_parts));
@@ -123,8 +161,9 @@ mod tests {
             stages: vec![StageTime { stage: "image.decode".into(), seconds_per_element: 0.002 }],
             ..Default::default()
         };
-        e.observe(Totals { elements: 100, parts: 10, bytes: 1000 }, &sample);
-        e.observe(Totals { elements: 150, parts: 12, bytes: 1500 }, &sample);
+        e.observe(Totals { elements: 100, parts: 10, bytes: 1000, ..Totals::default() }, &sample);
+        let later = Totals { cache_read: 4096, cache_bad: 1, cache_recomputed: 7, ..Totals::default() };
+        e.observe(Totals { elements: 150, parts: 12, bytes: 1500, ..later }, &sample);
         let text = granary_telemetry::render(&e.registry());
         for line in [
             "granary_worker_elements_produced_total 150",
@@ -136,6 +175,10 @@ mod tests {
             "granary_worker_cores 4",
             "granary_worker_cpu_cores_used 1.5",
             "granary_worker_stage_seconds_per_element{stage=\"image.decode\"} 0.002",
+            "granary_worker_cache_read_bytes_total 4096",
+            "granary_worker_cache_written_bytes_total 0",
+            "granary_worker_cache_bad_splits_total 1",
+            "granary_worker_cache_recomputed_elements_total 7",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -13,6 +13,14 @@ use std::time::{Duration, Instant};
 pub struct Counters {
     /// Elements produced by the executors.
     pub elements: AtomicU64,
+    /// Cache entry bytes read, as stored.
+    pub cache_bytes_read: AtomicU64,
+    /// Cache entry bytes written and published.
+    pub cache_bytes_written: AtomicU64,
+    /// Elements computed from the source after a failed cache read.
+    pub cache_recomputed: AtomicU64,
+    /// Splits whose cache entry failed verification.
+    pub cache_bad_splits: AtomicU64,
 }
 
 /// One engine's stage timers.

@@ -9,11 +9,13 @@
 use super::metrics::{Counters, StageSource};
 use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
+use crate::cache::CacheOutcome;
+use crate::cache::profile::{Limits, Profiler};
 use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
-use crate::executor::{Execution, Output, StageTimes, Task};
+use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
-use granary_proto::v1::{Lease, Normalize, PipelineInfo, SplitEnd};
+use granary_proto::v1::{self as pb, CacheMode, Lease, Normalize, PipelineInfo, SplitEnd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -31,11 +33,22 @@ pub enum Event {
         elements: u64,
         /// Resolves when the split was handed over.
         delivered: Delivered,
+        /// What the cache did for the split.
+        cache: pb::CacheOutcome,
     },
     /// A split whose lease was revoked finished computing; nothing was routed.
     Abandoned {
         /// The lease.
         lease_id: u64,
+    },
+    /// The cache profile of a pipeline, measured beside its first splits.
+    CacheProfile {
+        /// Pipeline name.
+        pipeline: String,
+        /// Pipeline generation of the engine.
+        generation: u64,
+        /// What was measured.
+        profile: pb::CacheProfile,
     },
     /// The execution failed; the engine is gone and these leases were not produced.
     Failed {
@@ -111,6 +124,7 @@ struct Opened {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
+    cuts: Vec<(usize, String)>,
 }
 
 /// An engine running one generation of a pipeline. Dropping it closes its feed: the splits
@@ -121,6 +135,8 @@ pub struct Producer {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
+    /// The engine's legal cache cuts and their entries' fingerprints.
+    cuts: Vec<(usize, String)>,
     inputs: SharedInputs,
     stop: Arc<AtomicBool>,
 }
@@ -140,6 +156,7 @@ impl Producer {
         let inputs: SharedInputs = Arc::new(Mutex::new(Some(Inputs { jobs, feed })));
         let stop = Arc::new(AtomicBool::new(false));
         let (opened_tx, opened_rx) = oneshot::channel();
+        let info_wants_profile = info.cache_profile_wanted;
         let runner = Runner {
             pipeline: info.name.clone(),
             generation: info.generation,
@@ -159,12 +176,25 @@ impl Producer {
                         return;
                     }
                 };
+                let cuts = engine
+                    .cache()
+                    .map(|c| c.cuts.iter().map(|cut| (cut.index, cut.fingerprint.to_string())).collect())
+                    .unwrap_or_default();
                 let execution = engine.run_tasks(Box::new(feed_rx.into_iter()));
                 let opened = Opened {
                     splits: engine.source().splits().len(),
                     stages: engine.stages().iter().map(|(_, name)| name.to_string()).collect(),
                     times: execution.stage_times(),
+                    cuts,
                 };
+                if info_wants_profile && let Some(profiler) = engine.cache_profiler() {
+                    profile_beside(
+                        profiler,
+                        &runner.pipeline,
+                        runner.generation,
+                        runner.sinks.events.clone(),
+                    );
+                }
                 if opened_tx.send(Ok(opened)).is_err() {
                     return;
                 }
@@ -184,6 +214,7 @@ impl Producer {
             splits: opened.splits,
             stages: opened.stages,
             times: opened.times,
+            cuts: opened.cuts,
             inputs,
             stop,
         })
@@ -208,12 +239,41 @@ impl Producer {
         }
     }
 
+    /// What the lease asks of the cache, as this engine can do it: a cut this engine does not
+    /// have, or an entry whose fingerprint differs from this engine's (the source or the stages
+    /// changed), is computed instead.
+    fn cache_use(&self, lease: &Lease) -> CacheUse {
+        let Some(task) = &lease.cache else { return CacheUse::Compute };
+        let mode = CacheMode::try_from(task.mode).unwrap_or(CacheMode::Compute);
+        if mode == CacheMode::Compute {
+            return CacheUse::Compute;
+        }
+        let cut = task.boundary as usize;
+        if !self.cuts.iter().any(|(index, fp)| *index == cut && *fp == task.fingerprint) {
+            tracing::warn!(
+                pipeline = %lease.pipeline,
+                split = lease.split,
+                cut,
+                fingerprint = %task.fingerprint,
+                "the lease names a cache entry this worker's engine does not have (the source or the stages \
+                 differ); computing the split instead"
+            );
+            return CacheUse::Compute;
+        }
+        match mode {
+            CacheMode::Write => CacheUse::Write { cut },
+            CacheMode::Read => CacheUse::Read { cut, elements: lease.elements },
+            CacheMode::Compute => CacheUse::Compute,
+        }
+    }
+
     /// Feeds a leased split to the engine; false when the engine is closed or failed.
     pub fn submit(&self, lease: Lease, revoked: Arc<AtomicBool>) -> bool {
+        let cache = self.cache_use(&lease);
         let inputs = lock(&self.inputs);
         let Some(inputs) = inputs.as_ref() else { return false };
         let Ok(split) = usize::try_from(lease.split) else { return false };
-        let task = Task { epoch: lease.epoch, split };
+        let task = Task { epoch: lease.epoch, split, cache };
         inputs.jobs.send(Job { lease, revoked }).is_ok() && inputs.feed.send(task).is_ok()
     }
 
@@ -227,6 +287,29 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         lock(&self.inputs).take();
+    }
+}
+
+/// Measures the cache profile on a thread of its own, beside the splits the engine computes, and
+/// reports it. A failure of the measurement (even a panic in a store client) is reported as the
+/// profile's error: the pipeline then computes.
+fn profile_beside(profiler: Profiler, pipeline: &str, generation: u64, events: mpsc::UnboundedSender<Event>) {
+    let pipeline = pipeline.to_string();
+    let spawned = std::thread::Builder::new().name("granary-cache-profile".to_string()).spawn(move || {
+        let measured =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| profiler.measure(Limits::default())));
+        let profile = match measured {
+            Ok(Some(profile)) => profile,
+            Ok(None) => return,
+            Err(_) => pb::CacheProfile {
+                error: "measuring the cache profile panicked".to_string(),
+                ..pb::CacheProfile::default()
+            },
+        };
+        let _ = events.send(Event::CacheProfile { pipeline, generation, profile });
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the cache profile thread: {e}; the pipeline will compute");
     }
 }
 
@@ -271,7 +354,7 @@ impl Runner {
                         self.push(job, routed);
                     }
                 }
-                Ok(Output::SplitDone { task, elements }) => {
+                Ok(Output::SplitDone { task, elements, cache }) => {
                     let Some((job, router)) = current.take().or_else(|| self.next_job(jobs)) else {
                         return self.fail(None, jobs, "a split ended in the engine with no lease for it");
                     };
@@ -282,7 +365,7 @@ impl Runner {
                             "the engine ended another split than the leased one",
                         );
                     }
-                    self.finish(job, router, elements);
+                    self.finish(job, router, elements, cache);
                 }
                 Err(e) => {
                     let job = current.take().map(|(job, _)| job);
@@ -329,7 +412,7 @@ impl Runner {
     }
 
     /// The split of `job` is complete: send what is left, then its ends.
-    fn finish(&self, job: Job, mut router: SplitRouter, elements: u64) {
+    fn finish(&self, job: Job, mut router: SplitRouter, elements: u64, cache: CacheOutcome) {
         let lease = &job.lease;
         if job.revoked.load(Ordering::Acquire) {
             let _ = self.sinks.events.send(Event::Abandoned { lease_id: lease.lease_id });
@@ -370,7 +453,22 @@ impl Runner {
             }
         }
         drop(token);
-        let _ = self.sinks.events.send(Event::Produced { lease_id: lease.lease_id, elements, delivered });
+        self.sinks.counters.cache_bytes_read.fetch_add(cache.bytes_read, Ordering::Relaxed);
+        self.sinks.counters.cache_bytes_written.fetch_add(cache.bytes_written, Ordering::Relaxed);
+        self.sinks.counters.cache_recomputed.fetch_add(cache.recomputed, Ordering::Relaxed);
+        if cache.bad {
+            self.sinks.counters.cache_bad_splits.fetch_add(1, Ordering::Relaxed);
+        }
+        let cache = pb::CacheOutcome {
+            bytes_read: cache.bytes_read,
+            bytes_written: cache.bytes_written,
+            written: cache.written,
+            bad: cache.bad,
+            problem: cache.problem.unwrap_or_default(),
+            recomputed: cache.recomputed,
+        };
+        let _ =
+            self.sinks.events.send(Event::Produced { lease_id: lease.lease_id, elements, delivered, cache });
     }
 
     /// Closes the feed and reports every lease the engine will not produce.

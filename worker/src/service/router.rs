@@ -354,6 +354,7 @@ mod tests {
             parts,
             duration_ms: 4000,
             only_consumer,
+            cache: None,
         }
     }
 

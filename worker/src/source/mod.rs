@@ -113,11 +113,26 @@ impl Split {
     }
 }
 
+/// A listed object as it identifies the data: a changed object changes every cache fingerprint
+/// that depends on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedObject {
+    /// Path inside the store.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The store's entity tag, where it has one.
+    pub e_tag: Option<String>,
+    /// The object's version, where the store versions objects.
+    pub version: Option<String>,
+}
+
 /// A listed dataset.
 pub struct Source {
     located: Located,
     format: SourceFormat,
     splits: Vec<Split>,
+    listed: Vec<ListedObject>,
 }
 
 /// Whether the reader should go on after an element was handed over.
@@ -129,6 +144,15 @@ impl Source {
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let located = store::open(&spec.url)?;
         let objects = list(&located).await?;
+        let listed = objects
+            .iter()
+            .map(|o| ListedObject {
+                path: o.location.to_string(),
+                size: o.size,
+                e_tag: o.e_tag.clone(),
+                version: o.version.clone(),
+            })
+            .collect();
         let splits = match spec.format {
             SourceFormat::Files => files::splits(&located, spec, objects, batch_size).await?,
             SourceFormat::Webdataset => {
@@ -139,7 +163,17 @@ impl Source {
             }
             SourceFormat::Parquet => parquet::splits(&located, objects).await?,
         };
-        Ok(Source { located, format: spec.format, splits })
+        Ok(Source { located, format: spec.format, splits, listed })
+    }
+
+    /// Every object the listing found, with the identity the store gives it.
+    pub fn listed(&self) -> &[ListedObject] {
+        &self.listed
+    }
+
+    /// The URL the source was opened from.
+    pub fn url(&self) -> &url::Url {
+        &self.located.url
     }
 
     /// The splits, in listing order.

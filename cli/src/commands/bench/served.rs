@@ -36,6 +36,7 @@ pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::R
         prefetch_bytes: args.prefetch_bytes.clone(),
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: None,
+        cache_max_bytes: None,
     };
     runtime()?.block_on(async {
         let local = service::LocalService::start(&manifest, &options).await?;

@@ -1,0 +1,123 @@
+//! What the autocacher decided for a pipeline and what the cache did in each epoch, for status,
+//! summaries and benchmarks.
+
+use super::State;
+use super::cache::EpochStats;
+use granary_policies::caching::CacheDecision;
+use serde::Serialize;
+
+/// A pipeline's cache, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CacheReport {
+    /// `auto`, `never` or `at`.
+    pub policy: String,
+    /// The cache store URL, if the pipeline caches.
+    pub store: Option<String>,
+    /// The decision, with its reason; `None` while waiting for a profile (or never caching).
+    pub decision: Option<CacheDecision>,
+    /// Name of the stage whose output is cached, when writing or reading.
+    pub stage: Option<String>,
+    /// The entry's fingerprint, when writing or reading.
+    pub fingerprint: Option<String>,
+    /// What the cache did in each epoch that completed splits.
+    pub epochs: Vec<EpochCache>,
+}
+
+/// The cache in one epoch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EpochCache {
+    /// Epoch.
+    pub epoch: u32,
+    /// `read` when every split was read, `write` when any split was written, else `compute`.
+    pub mode: String,
+    /// Entry bytes read (as stored).
+    pub bytes_read: u64,
+    /// Entry bytes written (as stored).
+    pub bytes_written: u64,
+    /// Splits read from the entry.
+    pub splits_read: u64,
+    /// Splits computed and written.
+    pub splits_written: u64,
+    /// Splits computed without the cache.
+    pub splits_computed: u64,
+    /// Splits whose entry part failed verification.
+    pub splits_bad: u64,
+    /// Elements recomputed after failed reads.
+    pub recomputed: u64,
+    /// The decision's predicted pipeline rate (elements/s) for this epoch: the predicted time
+    /// per element of reading, writing and computing, weighted by the splits of each kind.
+    pub predicted_items_per_s: Option<f64>,
+}
+
+fn mode(s: &EpochStats) -> &'static str {
+    if s.splits_written > 0 {
+        "write"
+    } else if s.splits_read > 0 && s.splits_read >= s.splits_computed {
+        "read"
+    } else {
+        "compute"
+    }
+}
+
+fn positive(x: f64) -> Option<f64> {
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// The predicted rate of an epoch whose splits were read, written and computed as `s` counts
+/// them: the time per element of each kind, weighted by its splits.
+fn blended(p: &granary_policies::caching::Predicted, s: &EpochStats) -> Option<f64> {
+    let time = |rate: Option<f64>| rate.and_then(positive).map(|r| 1.0 / r);
+    let kinds = [
+        (s.splits_read, time(p.read_items_per_s)),
+        (s.splits_written, time(p.write_items_per_s)),
+        (s.splits_computed + s.splits_bad, time(Some(p.compute_items_per_s))),
+    ];
+    let mut splits = 0u64;
+    let mut seconds = 0.0;
+    for (n, t) in kinds {
+        if n > 0 {
+            seconds += n as f64 * t?;
+            splits += n;
+        }
+    }
+    (splits > 0).then(|| splits as f64 / seconds)
+}
+
+impl State {
+    /// The cache report of `pipeline`; `None` when it is not registered.
+    pub fn cache_report(&self, pipeline: &str) -> Option<CacheReport> {
+        let p = self.pipelines.get(pipeline)?;
+        let config = &p.cache.config;
+        let chosen = p.cache.decision.as_ref();
+        let entry = chosen.and_then(|c| c.entry().map(|fp| (c.stage.clone(), fp.to_string())));
+        let epochs = p
+            .cache
+            .stats
+            .iter()
+            .map(|(&epoch, s)| {
+                let mode = mode(s);
+                let predicted = chosen.and_then(|c| blended(&c.decision.predicted, s));
+                EpochCache {
+                    epoch,
+                    mode: mode.to_string(),
+                    bytes_read: s.bytes_read,
+                    bytes_written: s.bytes_written,
+                    splits_read: s.splits_read,
+                    splits_written: s.splits_written,
+                    splits_computed: s.splits_computed,
+                    splits_bad: s.splits_bad,
+                    recomputed: s.recomputed,
+                    predicted_items_per_s: predicted.and_then(positive),
+                }
+            })
+            .collect();
+        Some(CacheReport {
+            policy: config.policy_name().to_string(),
+            store: config.store.clone(),
+            decision: chosen.map(|c| c.decision.clone()),
+            stage: entry.as_ref().map(|e| e.0.clone()),
+            fingerprint: entry.map(|e| e.1),
+            epochs,
+        })
+    }
+}

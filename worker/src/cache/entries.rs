@@ -1,0 +1,102 @@
+//! Which entries a pipeline may use: its legal cuts and their fingerprints.
+//!
+//! A cut is legal when it lies in the deterministic prefix and the stages as they run have a
+//! boundary there: a fused stage (decode with a random crop) computes other bits than its parts
+//! one after another, so a cut inside it would make cached epochs differ from computed ones.
+//! With `policy: at` the engine does not fuse across the named cut instead.
+
+use super::{Cut, EngineCache};
+use crate::executor::Plan;
+use crate::source::Source;
+use granary_crds::{CachePolicy, InputPipelineSpec};
+use granary_store::cache::{CacheError, CacheStore, EntryIdentity, ObjectIdentity};
+
+/// The cut `policy: at` pins, if the spec has one: stages up to and including the named one.
+pub fn pinned_cut(spec: &InputPipelineSpec) -> Option<usize> {
+    let cache = spec.cache.as_ref()?;
+    if cache.policy != CachePolicy::At {
+        return None;
+    }
+    let at = cache.at.as_deref()?;
+    spec.stages.iter().position(|s| s.display_name() == at).map(|i| i + 1)
+}
+
+/// Whether the spec asks for caching at all.
+pub fn caches(spec: &InputPipelineSpec) -> bool {
+    spec.cache.as_ref().is_some_and(|c| c.policy != CachePolicy::Never && c.store.is_some())
+}
+
+/// The cache context of a pipeline whose plan and source are built, or `None` when it does not
+/// cache or has no legal cut.
+pub fn build(
+    spec: &InputPipelineSpec,
+    pipeline: &str,
+    source: &Source,
+    plan: &Plan,
+    writer_id: String,
+) -> Result<Option<EngineCache>, CacheError> {
+    let Some(url) = spec.cache.as_ref().filter(|_| caches(spec)).and_then(|c| c.store.as_deref()) else {
+        return Ok(None);
+    };
+    let store = CacheStore::open(url)?;
+    let prefix = granary_crds::validate::deterministic_prefix_len(&spec.stages).min(plan.spec_stages);
+    let candidates: Vec<usize> = match pinned_cut(spec) {
+        Some(k) => vec![k],
+        None => (0..=prefix).collect(),
+    };
+    let objects: Vec<ObjectIdentity> = source
+        .listed()
+        .iter()
+        .map(|o| ObjectIdentity {
+            path: o.path.clone(),
+            size: o.size,
+            etag: o.e_tag.clone(),
+            version: o.version.clone(),
+        })
+        .collect();
+    let source_spec = serde_json::to_value(&spec.source).unwrap_or_default();
+    let extra = serde_json::json!({
+        "source": source_spec,
+        "splits": source.splits().len(),
+        "filesPerSplit": spec.source.files_per_split(spec.batch.size.max(1) as usize),
+    });
+    let mut cuts = Vec::new();
+    for k in candidates {
+        if k > prefix || plan.stage_at_cut(k).is_none() {
+            continue;
+        }
+        let stages = spec.stages[..k]
+            .iter()
+            .map(|s| {
+                let mut v = serde_json::to_value(s).unwrap_or_default();
+                // The name is a label: renaming a stage does not change its output.
+                if let Some(map) = v.as_object_mut() {
+                    map.remove("name");
+                }
+                v
+            })
+            .collect();
+        let identity = EntryIdentity {
+            source_url: source.url().to_string(),
+            source_format: format!("{:?}", spec.source.format).to_lowercase(),
+            objects: objects.clone(),
+            stages,
+            extra: extra.clone(),
+        };
+        let stage = if k == 0 { "source".to_string() } else { spec.stages[k - 1].display_name().to_string() };
+        cuts.push(Cut { index: k, stage, fingerprint: identity.fingerprint() });
+    }
+    if cuts.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(EngineCache {
+        store,
+        cuts,
+        pipeline: pipeline.to_string(),
+        source_url: source.url().to_string(),
+        stage_names: spec.stages.iter().map(|s| s.display_name().to_string()).collect(),
+        splits: source.splits().len() as u64,
+        writer_id,
+        chunk_bytes: granary_store::cache::CHUNK_MAX_RAW_BYTES,
+    }))
+}
