@@ -1,7 +1,10 @@
 //! `granary cache ls|inspect|rm` on a `file://` cache written with the library: the table and JSON
 //! listings, inspecting by prefix, removing, and exit status 2 for bad input.
 
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Output;
+use support::text;
 
 use granary_store::cache::{CacheStore, EntryInfo, FORMAT_VERSION, Fingerprint};
 use serde_json::Value;
@@ -56,23 +59,11 @@ fn fixture() -> (tempfile::TempDir, String) {
 }
 
 fn granary(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_granary")).arg("cache").args(args).output().expect("running granary")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::granary("cache", args)
 }
 
 fn succeed(args: &[&str]) -> String {
-    let out = granary(args);
-    assert!(
-        out.status.success(),
-        "granary cache {args:?} exited {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
+    support::succeed("cache", args)
 }
 
 /// Runs a command that must fail with status 2 and returns its stderr.

@@ -4,8 +4,11 @@
 //! The plot test needs DejaVu Sans (`apt-get install fonts-dejavu-core`) or `GRANARY_PLOT_FONT`;
 //! without a font it fails rather than skips.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
+use support::text;
 
 use serde_json::Value;
 
@@ -33,23 +36,11 @@ const KEYS: &[&str] = &[
 ];
 
 fn granary(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_granary")).arg("simulate").args(args).output().expect("running granary")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::granary("simulate", args)
 }
 
 fn succeed(args: &[&str]) -> String {
-    let out = granary(args);
-    assert!(
-        out.status.success(),
-        "granary simulate {args:?} exited {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
+    support::succeed("simulate", args)
 }
 
 /// The `--json` report, one object per line.

@@ -92,16 +92,7 @@ fn mode(lease: &pb::Lease) -> pb::CacheMode {
 }
 
 fn finish(s: &mut State, lease: &pb::Lease, outcome: pb::CacheOutcome) {
-    let req = pb::CompleteSplitRequest {
-        worker_id: String::new(),
-        lease_id: lease.lease_id,
-        pipeline: lease.pipeline.clone(),
-        job: lease.job.clone(),
-        epoch: lease.epoch,
-        split: lease.split,
-        elements: lease.elements,
-        cache: Some(outcome),
-    };
+    let req = pb::CompleteSplitRequest { cache: Some(outcome), ..super::tests::completion(lease) };
     s.complete(&req).unwrap();
 }
 

@@ -31,8 +31,9 @@ fn worker(state: &mut State, now: u64) -> String {
     state.register_worker(&req, now).unwrap().0
 }
 
-fn complete(state: &mut State, lease: &pb::Lease) {
-    let req = pb::CompleteSplitRequest {
+/// The completion of `lease`, every element produced.
+pub(super) fn completion(lease: &pb::Lease) -> pb::CompleteSplitRequest {
+    pb::CompleteSplitRequest {
         lease_id: lease.lease_id,
         pipeline: lease.pipeline.clone(),
         job: lease.job.clone(),
@@ -40,8 +41,11 @@ fn complete(state: &mut State, lease: &pb::Lease) {
         split: lease.split,
         elements: lease.elements,
         ..Default::default()
-    };
-    state.complete(&req).unwrap();
+    }
+}
+
+fn complete(state: &mut State, lease: &pb::Lease) {
+    state.complete(&completion(lease)).unwrap();
 }
 
 #[test]
