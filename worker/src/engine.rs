@@ -113,7 +113,8 @@ impl Engine {
             .build()
             .map_err(EngineError::Runtime)?;
         let source = Arc::new(runtime.block_on(Source::open(&spec.source, spec.batch.size as usize))?);
-        let ctx = build_context(&manifest.base_dir, runtime.handle().clone());
+        let resources = Resources::default();
+        let ctx = build_context(&manifest.base_dir, runtime.handle().clone(), resources.clone());
         let mut configs = Vec::with_capacity(spec.stages.len());
         for (i, stage) in spec.stages.iter().enumerate() {
             configs
@@ -148,6 +149,7 @@ impl Engine {
                 continue;
             }
             let path = format!("spec.stages[{i}]");
+            resources.stage.store(i, std::sync::atomic::Ordering::Relaxed);
             let op = ops::build(&configs[i], &ctx)
                 .map_err(|error| EngineError::Build { path: path.clone(), error })?;
             stages.push(Stage { name: spec.stages[i].display_name().to_string(), path, op, first: i });
@@ -162,7 +164,8 @@ impl Engine {
             cache: None,
         };
         let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
-        plan.cache = entries::build(&spec, &name, &source, &plan, writer_id())?
+        let read = resources.read.lock().map(|r| r.clone()).unwrap_or_default();
+        plan.cache = entries::build(&spec, &name, &source, &plan, &read, writer_id())?
             .map(|c| Arc::new(EngineCache { chunk_bytes: options.cache_chunk_bytes.max(1), ..c }));
         let plan = Arc::new(plan);
         Ok(Engine { spec, deferred, source, plan, options, runtime })
@@ -360,23 +363,39 @@ fn writer_id() -> String {
     format!("w{}-{:x}-{n}", std::process::id(), nanos & 0xffff_ffff_ffff)
 }
 
+/// The files stages read when they were built (tokenizers and the like), by stage, so that a
+/// changed file changes the fingerprint of every cache entry after that stage.
+#[derive(Clone, Default)]
+struct Resources {
+    /// The stage being built.
+    stage: Arc<std::sync::atomic::AtomicUsize>,
+    read: Arc<std::sync::Mutex<Vec<entries::Resource>>>,
+}
+
 /// Reads tokenizer files and the like: a path relative to the manifest's folder, an absolute
-/// path, or an object-store URL.
-fn build_context(base_dir: &Path, rt: tokio::runtime::Handle) -> BuildContext {
+/// path, or an object-store URL; records what each stage read in `resources`.
+fn build_context(base_dir: &Path, rt: tokio::runtime::Handle, resources: Resources) -> BuildContext {
     let base: PathBuf = base_dir.to_path_buf();
+    let read = move |location: &str| -> Result<Vec<u8>, BuildError> {
+        if location.contains("://") {
+            let located = store::open(location).map_err(|e| BuildError(e.to_string()))?;
+            let bytes =
+                rt.block_on(get_bytes(located.store, located.path)).map_err(|e| BuildError(e.to_string()))?;
+            return Ok(bytes.to_vec());
+        }
+        let path = location.strip_prefix("file:").unwrap_or(location);
+        let full = base.join(path);
+        std::fs::read(&full).map_err(|e| BuildError(format!("cannot read `{}`: {e}", full.display())))
+    };
     BuildContext {
-        base_dir: base.clone(),
+        base_dir: base_dir.to_path_buf(),
         read: Box::new(move |location: &str| {
-            if location.contains("://") {
-                let located = store::open(location).map_err(|e| BuildError(e.to_string()))?;
-                let bytes = rt
-                    .block_on(get_bytes(located.store, located.path))
-                    .map_err(|e| BuildError(e.to_string()))?;
-                return Ok(bytes.to_vec());
+            let bytes = read(location)?;
+            let stage = resources.stage.load(std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut read) = resources.read.lock() {
+                read.push(entries::Resource::new(stage, location, &bytes));
             }
-            let path = location.strip_prefix("file:").unwrap_or(location);
-            let full = base.join(path);
-            std::fs::read(&full).map_err(|e| BuildError(format!("cannot read `{}`: {e}", full.display())))
+            Ok(bytes)
         }),
     }
 }

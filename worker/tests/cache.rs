@@ -389,3 +389,50 @@ fn the_profile_measures_every_cut_and_the_store() {
     // A profile of a pipeline that does not cache is nothing.
     assert!(open(&manifest("cache-profile", "")).cache_profile(limits).is_none());
 }
+
+#[test]
+fn a_tokenizer_edited_in_place_changes_the_entries_after_its_stage() {
+    use granary_worker::store::memory_store;
+    use object_store::ObjectStoreExt;
+    use object_store::path::Path as StorePath;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = (0..20).map(|i| format!("{{\"text\": \"line number {i}\"}}\n")).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(
+        memory_store("cache-tokenizer").put(&StorePath::from("text/a.jsonl"), lines.into_bytes().into()),
+    )
+    .unwrap();
+    let tokenizer = dir.path().join("tokenizer.json");
+    let text = format!(
+        r#"
+apiVersion: granary.dev/v1alpha1
+kind: InputPipeline
+metadata: {{name: text}}
+spec:
+  source: {{url: "memory://cache-tokenizer/text/", format: jsonl}}
+  stages:
+    - {{op: table.select, columns: [text]}}
+    - {{op: text.tokenize, tokenizer: "{}"}}
+    - {{op: text.truncate_pad, length: 16}}
+  batch: {{size: 4}}
+{}"#,
+        tokenizer.display(),
+        cache_spec("auto", dir.path())
+    );
+    let fingerprints = || {
+        let m = granary_crds::parse_manifest(&text, Path::new("/"), &[]).unwrap();
+        let engine = open(&m);
+        let cache = engine.cache().unwrap();
+        cache.cuts.iter().map(|c| (c.index, c.fingerprint.to_string())).collect::<Vec<_>>()
+    };
+    std::fs::copy(fixtures.join("wordpiece.json"), &tokenizer).unwrap();
+    let before = fingerprints();
+    std::fs::copy(fixtures.join("wordpiece_padded.json"), &tokenizer).unwrap();
+    let after = fingerprints();
+    assert_eq!(before.len(), 4);
+    // Cuts 0 and 1 (before the tokenizer) keep their entries; cuts 2 and 3 get new ones.
+    assert_eq!(before[..2], after[..2]);
+    assert_ne!(before[2].1, after[2].1);
+    assert_ne!(before[3].1, after[3].1);
+}

@@ -11,6 +11,28 @@ use crate::source::Source;
 use granary_crds::{CachePolicy, InputPipelineSpec};
 use granary_store::cache::{CacheError, CacheStore, EntryIdentity, ObjectIdentity};
 
+/// A file a stage read when it was built (a tokenizer): its content is part of the identity of
+/// every entry after that stage, so editing it in place never serves a stale entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// Index of the stage in `spec.stages`.
+    pub stage: usize,
+    /// Where it was read from, as the spec names it.
+    pub location: String,
+    /// SHA-256 of its content, hex.
+    pub sha256: String,
+}
+
+impl Resource {
+    /// The resource `bytes` read from `location` by stage `stage`.
+    pub fn new(stage: usize, location: &str, bytes: &[u8]) -> Resource {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(bytes);
+        let sha256 = digest.iter().map(|b| format!("{b:02x}")).collect();
+        Resource { stage, location: location.to_string(), sha256 }
+    }
+}
+
 /// The cut `policy: at` pins, if the spec has one: stages up to and including the named one.
 pub fn pinned_cut(spec: &InputPipelineSpec) -> Option<usize> {
     let cache = spec.cache.as_ref()?;
@@ -33,6 +55,7 @@ pub fn build(
     pipeline: &str,
     source: &Source,
     plan: &Plan,
+    resources: &[Resource],
     writer_id: String,
 ) -> Result<Option<EngineCache>, CacheError> {
     let Some(url) = spec.cache.as_ref().filter(|_| caches(spec)).and_then(|c| c.store.as_deref()) else {
@@ -76,12 +99,21 @@ pub fn build(
                 v
             })
             .collect();
+        let read: Vec<serde_json::Value> = resources
+            .iter()
+            .filter(|r| r.stage < k)
+            .map(|r| serde_json::json!({"stage": r.stage, "location": r.location, "sha256": r.sha256}))
+            .collect();
+        let mut extra = extra.clone();
+        if let Some(map) = extra.as_object_mut() {
+            map.insert("resources".to_string(), serde_json::Value::Array(read));
+        }
         let identity = EntryIdentity {
             source_url: source.url().to_string(),
             source_format: format!("{:?}", spec.source.format).to_lowercase(),
             objects: objects.clone(),
             stages,
-            extra: extra.clone(),
+            extra,
         };
         let stage = if k == 0 { "source".to_string() } else { spec.stages[k - 1].display_name().to_string() };
         cuts.push(Cut { index: k, stage, fingerprint: identity.fingerprint() });
