@@ -68,9 +68,6 @@ pub enum EngineError {
     /// The I/O runtime could not start.
     #[error("cannot start the I/O runtime: {0}")]
     Runtime(std::io::Error),
-    /// The cache store could not be opened.
-    #[error("spec.cache.store: {0}")]
-    Cache(#[from] granary_store::cache::CacheError),
 }
 
 /// The final `image.normalize` the engine left to the consumer: `field` holds `uint8` HWC
@@ -96,6 +93,8 @@ pub struct Engine {
     plan: Arc<Plan>,
     options: EngineOptions,
     runtime: Runtime,
+    /// Why the spec's cache store could not be opened, if it could not.
+    cache_error: Option<String>,
 }
 
 impl Engine {
@@ -165,10 +164,19 @@ impl Engine {
         };
         let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         let read = resources.read.lock().map(|r| r.clone()).unwrap_or_default();
-        plan.cache = entries::build(&spec, &name, &source, &plan, &read, writer_id())?
-            .map(|c| Arc::new(EngineCache { chunk_bytes: options.cache_chunk_bytes.max(1), ..c }));
+        // A cache store that cannot be opened costs the cache, not the pipeline: it computes,
+        // and the profile says why.
+        let mut cache_error = None;
+        match entries::build(&spec, &name, &source, &plan, &read, writer_id(), options.cache_chunk_bytes) {
+            Ok(cache) => plan.cache = cache.map(Arc::new),
+            Err(e) => {
+                let e = format!("spec.cache.store: {e}");
+                tracing::warn!(pipeline = %name, "caching is off: {e}");
+                cache_error = Some(e);
+            }
+        }
         let plan = Arc::new(plan);
-        Ok(Engine { spec, deferred, source, plan, options, runtime })
+        Ok(Engine { spec, deferred, source, plan, options, runtime, cache_error })
     }
 
     /// The final normalization left to the consumer, with `EngineOptions::defer_normalize`.
@@ -179,6 +187,11 @@ impl Engine {
     /// The cache store and the entries tasks may write or read, when the spec caches.
     pub fn cache(&self) -> Option<&EngineCache> {
         self.plan.cache.as_deref()
+    }
+
+    /// Why caching is off although the spec asks for it (the store could not be opened).
+    pub fn cache_error(&self) -> Option<&str> {
+        self.cache_error.as_deref()
     }
 
     /// What measures the cache profile, on any thread (see [`crate::cache::profile`]); `None`

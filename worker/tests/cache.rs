@@ -436,3 +436,17 @@ spec:
     assert_ne!(before[2].1, after[2].1);
     assert_ne!(before[3].1, after[3].1);
 }
+
+#[test]
+fn a_cache_store_that_cannot_be_opened_turns_caching_off_not_the_pipeline() {
+    support::dataset("cache-unopenable", 8);
+    // An Azure URL with no account anywhere: valid in the spec, refused by the store's builder.
+    let m =
+        manifest("cache-unopenable", "  cache:\n    policy: auto\n    store: \"az://container/cache/\"\n");
+    let engine = open(&m);
+    assert!(engine.cache().is_none());
+    let error = engine.cache_error().unwrap();
+    assert!(error.starts_with("spec.cache.store: "), "{error}");
+    let (batches, _) = run(&engine, tasks(&engine, 0, |_| CacheUse::Compute));
+    assert_eq!(batches.iter().map(|b| b.len()).sum::<usize>(), 8);
+}

@@ -9,7 +9,7 @@ use super::{Cut, EngineCache};
 use crate::executor::Plan;
 use crate::source::Source;
 use granary_crds::{CachePolicy, InputPipelineSpec};
-use granary_store::cache::{CacheError, CacheStore, EntryIdentity, ObjectIdentity};
+use granary_store::cache::{CacheError, CacheStore, EntryIdentity};
 
 /// A file a stage read when it was built (a tokenizer): its content is part of the identity of
 /// every entry after that stage, so editing it in place never serves a stale entry.
@@ -57,6 +57,7 @@ pub fn build(
     plan: &Plan,
     resources: &[Resource],
     writer_id: String,
+    chunk_bytes: usize,
 ) -> Result<Option<EngineCache>, CacheError> {
     let Some(url) = spec.cache.as_ref().filter(|_| caches(spec)).and_then(|c| c.store.as_deref()) else {
         return Ok(None);
@@ -67,18 +68,9 @@ pub fn build(
         Some(k) => vec![k],
         None => (0..=prefix).collect(),
     };
-    let objects: Vec<ObjectIdentity> = source
-        .listed()
-        .iter()
-        .map(|o| ObjectIdentity {
-            path: o.path.clone(),
-            size: o.size,
-            etag: o.e_tag.clone(),
-            version: o.version.clone(),
-        })
-        .collect();
     let source_spec = serde_json::to_value(&spec.source).unwrap_or_default();
     let extra = serde_json::json!({
+        "objects": source.identity(),
         "source": source_spec,
         "splits": source.splits().len(),
         "filesPerSplit": spec.source.files_per_split(spec.batch.size.max(1) as usize),
@@ -111,7 +103,8 @@ pub fn build(
         let identity = EntryIdentity {
             source_url: source.url().to_string(),
             source_format: format!("{:?}", spec.source.format).to_lowercase(),
-            objects: objects.clone(),
+            // The listing is in `extra` as one digest, hashed once for every cut.
+            objects: Vec::new(),
             stages,
             extra,
         };
@@ -129,6 +122,6 @@ pub fn build(
         stage_names: spec.stages.iter().map(|s| s.display_name().to_string()).collect(),
         splits: source.splits().len() as u64,
         writer_id,
-        chunk_bytes: granary_store::cache::CHUNK_MAX_RAW_BYTES,
+        chunk_bytes: chunk_bytes.max(1),
     }))
 }

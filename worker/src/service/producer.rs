@@ -187,13 +187,16 @@ impl Producer {
                     times: execution.stage_times(),
                     cuts,
                 };
-                if info_wants_profile && let Some(profiler) = engine.cache_profiler() {
-                    profile_beside(
-                        profiler,
-                        &runner.pipeline,
-                        runner.generation,
-                        runner.sinks.events.clone(),
-                    );
+                if info_wants_profile {
+                    let events = runner.sinks.events.clone();
+                    if let Some(profiler) = engine.cache_profiler() {
+                        profile_beside(profiler, &runner.pipeline, runner.generation, events);
+                    } else if let Some(error) = engine.cache_error() {
+                        let profile =
+                            pb::CacheProfile { error: error.to_string(), ..pb::CacheProfile::default() };
+                        let (pipeline, generation) = (runner.pipeline.clone(), runner.generation);
+                        let _ = events.send(Event::CacheProfile { pipeline, generation, profile });
+                    }
                 }
                 if opened_tx.send(Ok(opened)).is_err() {
                     return;

@@ -113,26 +113,12 @@ impl Split {
     }
 }
 
-/// A listed object as it identifies the data: a changed object changes every cache fingerprint
-/// that depends on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedObject {
-    /// Path inside the store.
-    pub path: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// The store's entity tag, where it has one.
-    pub e_tag: Option<String>,
-    /// The object's version, where the store versions objects.
-    pub version: Option<String>,
-}
-
 /// A listed dataset.
 pub struct Source {
     located: Located,
     format: SourceFormat,
     splits: Vec<Split>,
-    listed: Vec<ListedObject>,
+    identity: String,
 }
 
 /// Whether the reader should go on after an element was handed over.
@@ -144,15 +130,7 @@ impl Source {
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let located = store::open(&spec.url)?;
         let objects = list(&located).await?;
-        let listed = objects
-            .iter()
-            .map(|o| ListedObject {
-                path: o.location.to_string(),
-                size: o.size,
-                e_tag: o.e_tag.clone(),
-                version: o.version.clone(),
-            })
-            .collect();
+        let identity = identity(&objects);
         let splits = match spec.format {
             SourceFormat::Files => files::splits(&located, spec, objects, batch_size).await?,
             SourceFormat::Webdataset => {
@@ -163,12 +141,13 @@ impl Source {
             }
             SourceFormat::Parquet => parquet::splits(&located, objects).await?,
         };
-        Ok(Source { located, format: spec.format, splits, listed })
+        Ok(Source { located, format: spec.format, splits, identity })
     }
 
-    /// Every object the listing found, with the identity the store gives it.
-    pub fn listed(&self) -> &[ListedObject] {
-        &self.listed
+    /// SHA-256 (hex) of every listed object's path, size, ETag and version: a changed, added or
+    /// removed object changes it, and with it every cache fingerprint.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The URL the source was opened from.
@@ -204,6 +183,24 @@ impl Source {
             }
         }
     }
+}
+
+/// The digest [`Source::identity`] returns, over the sorted listing; each field is
+/// length-prefixed, so no two listings hash alike by shifting bytes between fields.
+fn identity(objects: &[ObjectMeta]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    for o in objects {
+        field(o.location.as_ref().as_bytes());
+        field(&o.size.to_le_bytes());
+        field(o.e_tag.as_deref().unwrap_or("").as_bytes());
+        field(o.version.as_deref().unwrap_or("").as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Lists every object under the URL's prefix, sorted; a URL naming one object yields it alone.
