@@ -85,34 +85,20 @@ fn open_with(url: &str, retry: Option<RetryConfig>) -> Result<Located, StoreErro
         .collect();
     let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| fail(e.into()))?;
     let path = StorePath::parse(path).map_err(|e| fail(e.into()))?;
-    let store: Arc<dyn ObjectStore> = match (scheme, retry) {
-        (ObjectStoreScheme::AmazonS3, Some(retry)) => {
-            let builder =
-                options.iter().fold(AmazonS3Builder::new().with_url(url), |b, (k, v)| match k.parse() {
-                    Ok(key) => b.with_config(key, v),
-                    Err(_) => b,
-                });
-            Arc::new(builder.with_retry(retry).build().map_err(fail)?)
-        }
-        (ObjectStoreScheme::GoogleCloudStorage, Some(retry)) => {
-            let builder = options.iter().fold(GoogleCloudStorageBuilder::new().with_url(url), |b, (k, v)| {
-                match k.parse() {
-                    Ok(key) => b.with_config(key, v),
-                    Err(_) => b,
-                }
+    // The options every builder understands are applied as `parse_url_opts` applies them.
+    macro_rules! build {
+        ($builder:ty, $retry:expr) => {{
+            let builder = options.iter().fold(<$builder>::new().with_url(url), |b, (k, v)| match k.parse() {
+                Ok(key) => b.with_config(key, v),
+                Err(_) => b,
             });
-            Arc::new(builder.with_retry(retry).build().map_err(fail)?)
-        }
-        (ObjectStoreScheme::MicrosoftAzure, Some(retry)) => {
-            let builder =
-                options.iter().fold(MicrosoftAzureBuilder::new().with_url(url), |b, (k, v)| {
-                    match k.parse() {
-                        Ok(key) => b.with_config(key, v),
-                        Err(_) => b,
-                    }
-                });
-            Arc::new(builder.with_retry(retry).build().map_err(fail)?)
-        }
+            Arc::new(builder.with_retry($retry).build().map_err(fail)?)
+        }};
+    }
+    let store: Arc<dyn ObjectStore> = match (scheme, retry) {
+        (ObjectStoreScheme::AmazonS3, Some(retry)) => build!(AmazonS3Builder, retry),
+        (ObjectStoreScheme::GoogleCloudStorage, Some(retry)) => build!(GoogleCloudStorageBuilder, retry),
+        (ObjectStoreScheme::MicrosoftAzure, Some(retry)) => build!(MicrosoftAzureBuilder, retry),
         _ => {
             let (store, path) = object_store::parse_url_opts(&parsed, options).map_err(fail)?;
             return Ok(Located { store: Arc::from(store), path, url: parsed });

@@ -73,7 +73,8 @@ impl PipelineCache {
         }
     }
 
-    /// The pipeline caches and has no decision yet: leases wait for a profile.
+    /// The pipeline caches and has no decision yet: the first worker measures a profile while
+    /// its splits compute.
     pub(crate) fn wants_profile(&self) -> bool {
         self.config.policy != CachePolicy::Never && self.decision.is_none()
     }

@@ -1,4 +1,5 @@
-//! The autocacher's rules in the state machine: decisions gate leases, leases carry cache tasks,
+//! The autocacher's rules in the state machine: leases compute until the decision and carry its
+//! cache tasks after it,
 //! completions update entries, and the journal rebuilds all of it.
 
 use super::*;

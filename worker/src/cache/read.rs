@@ -4,7 +4,6 @@
 
 use super::{Cut, EngineCache, ReadReport, record};
 use crate::element::Element;
-use granary_store::cache::SplitManifest;
 use tokio::runtime::Handle;
 
 /// Streams split `split`'s elements from `cut`'s entry into `emit(index, element)` until it
@@ -34,7 +33,11 @@ pub fn read_split(
             return (fail(&mut report, 0, bad, e.to_string()), report);
         }
     };
-    if let Err(problem) = check(&manifest, elements) {
+    // The store checked the chunks cover the manifest's count contiguously; the count must also
+    // be the split's.
+    if manifest.elements != elements {
+        let problem =
+            format!("the manifest holds {} elements but the split has {elements}", manifest.elements);
         return (fail(&mut report, 0, true, problem), report);
     }
     for (i, chunk) in manifest.chunks.iter().enumerate() {
@@ -65,25 +68,4 @@ pub fn read_split(
         }
     }
     (None, report)
-}
-
-/// The manifest must describe exactly `elements` elements in contiguous chunks.
-fn check(manifest: &SplitManifest, elements: u64) -> Result<(), String> {
-    if manifest.elements != elements {
-        return Err(format!(
-            "the manifest holds {} elements but the split has {elements}",
-            manifest.elements
-        ));
-    }
-    let mut next = 0u64;
-    for (i, c) in manifest.chunks.iter().enumerate() {
-        if c.first != next || c.elements == 0 {
-            return Err(format!("chunk {i} starts at element {} where {next} was expected", c.first));
-        }
-        next += c.elements;
-    }
-    if next != elements {
-        return Err(format!("the chunks hold {next} elements, the manifest says {elements}"));
-    }
-    Ok(())
 }

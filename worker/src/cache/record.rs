@@ -157,7 +157,8 @@ impl<'a> Reader<'a> {
                 .map_err(|_| RecordError("an extent does not fit in memory".into()))?;
             shape.push(d);
         }
-        let count = shape
+        // Extents whose product overflows are refused here: `Tensor::new` multiplies them.
+        shape
             .iter()
             .try_fold(1usize, |n, d| n.checked_mul(*d))
             .ok_or_else(|| RecordError("the tensor's extents overflow".into()))?;
@@ -172,20 +173,7 @@ impl<'a> Reader<'a> {
             4 => TensorData::F64(cast(raw)?),
             d => return Err(RecordError(format!("unknown dtype code {d}"))),
         };
-        if data_len(&data) != count {
-            return Err(RecordError("tensor data does not match its shape".into()));
-        }
         Tensor::new(shape, data).ok_or_else(|| RecordError("tensor data does not match its shape".into()))
-    }
-}
-
-fn data_len(data: &TensorData) -> usize {
-    match data {
-        TensorData::U8(v) => v.len(),
-        TensorData::I32(v) => v.len(),
-        TensorData::I64(v) => v.len(),
-        TensorData::F32(v) => v.len(),
-        TensorData::F64(v) => v.len(),
     }
 }
 

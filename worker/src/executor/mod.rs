@@ -219,22 +219,11 @@ impl Done {
 pub struct StageTimes {
     nanos: Vec<AtomicU64>,
     elements: AtomicU64,
-    /// Time spent encoding cache records.
-    encode_nanos: AtomicU64,
 }
 
 impl StageTimes {
     fn new(stages: usize) -> StageTimes {
-        StageTimes {
-            nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(),
-            elements: AtomicU64::new(0),
-            encode_nanos: AtomicU64::new(0),
-        }
-    }
-
-    /// Nanoseconds spent encoding cache records so far.
-    pub fn encode_nanos(&self) -> u64 {
-        self.encode_nanos.load(Ordering::Relaxed)
+        StageTimes { nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(), elements: AtomicU64::new(0) }
     }
 
     /// Nanoseconds spent in each stage (in plan order) and the elements computed, so far.
@@ -468,9 +457,7 @@ fn run_element(
         }
         Some(j) => {
             apply(plan, 0..j, element, rng, times)?;
-            let begin = Instant::now();
             let record = record::to_bytes(element);
-            times.encode_nanos.fetch_add(begin.elapsed().as_nanos() as u64, Ordering::Relaxed);
             apply(plan, j..plan.stages.len(), element, rng, times)?;
             Some(record)
         }
