@@ -35,11 +35,15 @@ pub fn render(registry: &Registry) -> String {
 /// Called before each scrape, to bring gauges read from live state up to date.
 pub type Refresh = Arc<dyn Fn() + Send + Sync>;
 
+/// Whether the process is ready for traffic, asked by `GET /readyz`.
+pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// A bound metrics endpoint, ready to serve.
 pub struct MetricsServer {
     listener: tokio::net::TcpListener,
     registry: Registry,
     refresh: Option<Refresh>,
+    readiness: Option<Readiness>,
 }
 
 impl MetricsServer {
@@ -48,12 +52,18 @@ impl MetricsServer {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| TelemetryError::Bind { addr, source })?;
-        Ok(MetricsServer { listener, registry, refresh: None })
+        Ok(MetricsServer { listener, registry, refresh: None, readiness: None })
     }
 
     /// Calls `refresh` before rendering each scrape.
     pub fn with_refresh(self, refresh: Refresh) -> MetricsServer {
         MetricsServer { refresh: Some(refresh), ..self }
+    }
+
+    /// Also serves Kubernetes probes: `GET /healthz` (200 while the process serves) and
+    /// `GET /readyz` (200 while `ready` says so, else 503).
+    pub fn with_probes(self, ready: Readiness) -> MetricsServer {
+        MetricsServer { readiness: Some(ready), ..self }
     }
 
     /// The bound address.
@@ -68,7 +78,7 @@ impl MetricsServer {
     ) -> Result<(), TelemetryError> {
         let registry = self.registry;
         let refresh = self.refresh;
-        let app =
+        let mut app =
             axum::Router::new().route(
                 "/metrics",
                 axum::routing::get(move || {
@@ -81,6 +91,22 @@ impl MetricsServer {
                     }
                 }),
             );
+        if let Some(ready) = self.readiness {
+            use axum::http::StatusCode;
+            app = app.route("/healthz", axum::routing::get(|| async { (StatusCode::OK, "ok\n") })).route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let ready = ready();
+                    async move {
+                        if ready {
+                            (StatusCode::OK, "ready\n")
+                        } else {
+                            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                        }
+                    }
+                }),
+            );
+        }
         axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await.map_err(TelemetryError::Serve)
     }
 
@@ -119,6 +145,34 @@ mod tests {
         assert!(response.contains("text/plain; version=0.0.4"), "{response}");
         assert!(response.contains("# TYPE granary_test_things_total counter"), "{response}");
         assert!(response.contains("granary_test_things_total 3"), "{response}");
+        stop.send(()).unwrap();
+        task.await.unwrap();
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    #[tokio::test]
+    async fn probes_report_liveness_and_the_readiness_asked_for() {
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ready.clone();
+        let server = MetricsServer::bind(([127, 0, 0, 1], 0).into(), Registry::new())
+            .await
+            .unwrap()
+            .with_probes(Arc::new(move || flag.load(std::sync::atomic::Ordering::Relaxed)));
+        let addr = server.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = server.spawn(async move { drop(stopped.await) });
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         stop.send(()).unwrap();
         task.await.unwrap();
     }
