@@ -166,6 +166,16 @@ impl Dispatcher {
         Ok(self.state().pipeline_info(name)?)
     }
 
+    /// Removes a pipeline and its progress (journaled); unknown names are ignored.
+    pub async fn unregister(&self, name: &str) {
+        let _ = self
+            .mutate(|s, _| {
+                s.unregister_pipeline(name);
+                Ok(())
+            })
+            .await;
+    }
+
     /// Names of the registered pipelines.
     pub fn pipelines(&self) -> Vec<String> {
         self.state().pipeline_names()
@@ -189,6 +199,11 @@ impl Dispatcher {
     /// Workers registered for a pipeline.
     pub fn workers(&self, pipeline: &str) -> Vec<pb::WorkerInfo> {
         self.state().workers_of(pipeline)
+    }
+
+    /// How many splits and epochs a registered pipeline has.
+    pub fn shape(&self, pipeline: &str) -> Option<(u64, u32)> {
+        self.state().pipeline_info(pipeline).ok().map(|info| (info.splits, info.epochs))
     }
 
     /// What the autocacher decided for a pipeline and what the cache did in each epoch.

@@ -86,11 +86,32 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
         let threads = options.worker_threads();
         let result = consume::consume(&local.address.to_string(), &local.pipeline, args, threads).await;
         let scaling = local.scaling().map(|s| s.report());
-        let cache = local.dispatcher.cache_report(&local.pipeline);
+        let cache = settled_cache_report(&local).await;
         // The only consumer is done: there is nothing left worth draining for.
         local.stop(END_OF_RUN_GRACE).await;
         result.map(|summary| RunSummary { scaling, ..summary }.with_cache(cache))
     })
+}
+
+/// The cache report once the dispatcher has counted every split of the last epoch: a worker
+/// reports a split complete just after its consumer has the batches, so the report read right
+/// after consuming may still miss the last splits. Waits at most a second.
+async fn settled_cache_report(local: &service::LocalService) -> Option<granary_dispatcher::CacheReport> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let report = local.dispatcher.cache_report(&local.pipeline);
+        let counted = |r: &granary_dispatcher::CacheReport| {
+            let Some((splits, epochs)) = local.dispatcher.shape(&local.pipeline) else { return true };
+            r.store.is_none()
+                || r.epochs.iter().find(|e| e.epoch + 1 == epochs).is_some_and(|e| {
+                    e.splits_read + e.splits_written + e.splits_computed + e.splits_bad >= splits
+                })
+        };
+        if report.as_ref().is_none_or(counted) || tokio::time::Instant::now() >= deadline {
+            return report;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// `granary run --serve ADDR`: the local service for external clients.

@@ -19,6 +19,11 @@ pub enum Event {
         /// Facts the plans use.
         facts: PipelineFacts,
     },
+    /// A pipeline was removed (its resource deleted): its jobs and progress go with it.
+    PipelineRemoved {
+        /// Pipeline name.
+        name: String,
+    },
     /// A job was created.
     Job {
         /// Pipeline name.
@@ -94,6 +99,7 @@ impl State {
             Event::Pipeline { name, generation, facts } => {
                 self.pipelines.insert(name.clone(), super::Pipeline::new(facts.clone(), *generation));
             }
+            Event::PipelineRemoved { name } => self.drop_pipeline(name),
             Event::Job { pipeline, job, mode, consumers } => {
                 if let Err(e) = self.ensure_job(pipeline, job, *mode, *consumers) {
                     tracing::warn!("journal: job `{job}` of `{pipeline}` skipped: {e}");

@@ -267,6 +267,28 @@ impl State {
         Ok(generation)
     }
 
+    /// Removes a pipeline, its jobs and their progress; its leases end and its workers stay
+    /// registered (they ask again and hear it is gone). Removing an unknown name does nothing.
+    pub fn unregister_pipeline(&mut self, name: &str) {
+        if self.pipelines.contains_key(name) {
+            self.events.push(Event::PipelineRemoved { name: name.to_string() });
+            self.drop_pipeline(name);
+        }
+    }
+
+    pub(crate) fn drop_pipeline(&mut self, name: &str) {
+        self.pipelines.remove(name);
+        let ended: Vec<u64> =
+            self.leases.iter().filter(|(_, l)| l.pipeline == name).map(|(id, _)| *id).collect();
+        for id in ended {
+            if let Some(lease) = self.leases.remove(&id)
+                && let Some(worker) = self.workers.get_mut(&lease.worker)
+            {
+                worker.leases.remove(&id);
+            }
+        }
+    }
+
     /// A registered pipeline's description.
     pub fn pipeline_info(&self, name: &str) -> Result<pb::PipelineInfo, DispatchError> {
         let p = self.pipeline(name)?;

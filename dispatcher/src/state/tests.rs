@@ -181,3 +181,26 @@ fn journal_events_rebuild_progress() {
     assert!(!rest.contains(&a.split));
     assert_eq!(replays, vec![a.split]);
 }
+
+#[test]
+fn a_removed_pipeline_ends_its_leases_and_stays_removed_after_replay() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let a = s.lease(&w, 0).unwrap().unwrap();
+    s.unregister_pipeline("p");
+    s.unregister_pipeline("never-registered");
+    assert!(s.pipeline_names().is_empty());
+    assert!(s.leases.is_empty());
+    assert!(s.workers.values().all(|w| w.leases.is_empty()));
+    assert!(s.complete(&completion(&a)).is_err(), "the lease ended with its pipeline");
+    let mut t = State::new(Timing::default(), 2);
+    for e in &s.take_events() {
+        t.apply(e);
+    }
+    assert!(t.pipeline_names().is_empty());
+    // Registered again, it starts over.
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    assert_eq!(s.progress("p").len(), 0);
+}
