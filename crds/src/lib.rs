@@ -26,5 +26,5 @@ pub use quantity::{parse_bytes, parse_duration};
 pub use scaling::{ScalingPolicy, ScalingSpec};
 pub use source::{SourceFormat, SourceSpec};
 pub use stage::StageSpec;
-pub use status::{InputPipelineStatus, PipelineCondition, PipelinePhase};
+pub use status::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase};
 pub use validate::validate;

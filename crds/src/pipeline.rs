@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
     status = "InputPipelineStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Workers","type":"string","jsonPath":".status.workers","description":"ready/desired workers"}"#,
-    printcolumn = r#"{"name":"Items/s","type":"number","jsonPath":".status.itemsPerSecond"}"#,
-    printcolumn = r#"{"name":"Cache","type":"string","jsonPath":".status.cache"}"#,
+    printcolumn = r#"{"name":"Throughput","type":"number","jsonPath":".status.throughput","description":"elements per second delivered"}"#,
+    printcolumn = r#"{"name":"Wait","type":"number","jsonPath":".status.trainerWaitFraction","description":"share of trainer time spent waiting"}"#,
+    printcolumn = r#"{"name":"Cache","type":"string","jsonPath":".status.cache.state"}"#,
     printcolumn = r#"{"name":"Epoch","type":"integer","jsonPath":".status.epoch"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

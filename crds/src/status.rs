@@ -7,25 +7,34 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct InputPipelineStatus {
-    /// Lifecycle phase.
+    /// Lifecycle phase: `Pending`, `Running`, `Degraded`, `Failed` or `Completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<PipelinePhase>,
     /// Ready and desired workers, as `ready/desired`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<String>,
-    /// Elements delivered to trainers per second, recently.
+    /// Worker pods ready to serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub items_per_second: Option<f64>,
-    /// Cache state in words: `compute`, `writing at <stage>`, `reading at <stage>`.
+    pub ready_workers: Option<u32>,
+    /// Worker count the autoscaler (or `spec.scaling.replicas`) asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<String>,
-    /// Current epoch, counted from 0.
+    pub desired_workers: Option<u32>,
+    /// Elements delivered to trainers per second, recently (all consumers together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<f64>,
+    /// Share of the trainers' time spent waiting for batches, recently: 0 (never waits) to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trainer_wait_fraction: Option<f64>,
+    /// What the autocacher decided and what the cache holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheStatus>,
+    /// Current epoch of the slowest consumer, counted from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u32>,
     /// Spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions such as `Ready`, each with a reason and a message.
+    /// `Ready`, `Scaling`, `Caching` and `Degraded`, each with a reason and a message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<PipelineCondition>,
 }
@@ -33,21 +42,47 @@ pub struct InputPipelineStatus {
 /// Lifecycle phase of a pipeline.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum PipelinePhase {
-    /// Accepted, workers starting.
+    /// Accepted; workers starting or the source not yet listed.
     Pending,
     /// Serving batches.
     Running,
-    /// All epochs delivered.
-    Succeeded,
+    /// Serving, but something needs attention (see the `Degraded` condition).
+    Degraded,
     /// Stopped by an error that needs the user (see the `Ready` condition).
     Failed,
+    /// Every job delivered every epoch.
+    Completed,
+}
+
+/// The cache of a pipeline, as `kubectl get` and `describe` show it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheStatus {
+    /// `off` (no `spec.cache` or `policy: never`), `profiling` (measuring before deciding),
+    /// `compute` (decided not to cache), `writing` or `reading`.
+    pub state: String,
+    /// Stage whose output is cached, when writing or reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Fingerprint of the cache entry, when writing or reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Entry bytes read so far, as stored.
+    #[serde(default)]
+    pub bytes_read: u64,
+    /// Entry bytes written so far, as stored.
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// The autocacher's reason, with the figures that decided it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A condition in the Kubernetes convention.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PipelineCondition {
-    /// Condition type, e.g. `Ready`.
+    /// Condition type: `Ready`, `Scaling`, `Caching` or `Degraded`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

@@ -34,7 +34,7 @@ fn names_version_and_subresources() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    for c in ["Phase", "Workers", "Items/s", "Cache", "Epoch", "Age"] {
+    for c in ["Phase", "Workers", "Throughput", "Wait", "Cache", "Epoch", "Age"] {
         assert!(columns.contains(&c), "missing printer column {c}: {columns:?}");
     }
 }
