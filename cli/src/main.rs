@@ -37,6 +37,9 @@ enum Command {
     Demo(commands::demo::DemoArgs),
     /// Run a data-plane worker: lease splits from a dispatcher and stream batch parts to consumers.
     Worker(commands::worker::WorkerArgs),
+    /// Run the Kubernetes operator: host the dispatcher, reconcile InputPipelines into worker
+    /// Deployments and size them; replicas elect one leader.
+    Operator(commands::operator::OperatorArgs),
     /// Compare the autoscaling policies (granary, cachew, hpa) against the oracle on the
     /// simulator's scenarios: a table of the four figures, JSON lines, decisions or plots.
     Simulate(commands::simulate::SimulateArgs),
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         }),
         Command::Demo(args) => commands::demo::demo(&args),
         Command::Worker(args) => commands::worker::worker(&args),
+        Command::Operator(args) => commands::operator::operator(&args),
         Command::Simulate(args) => commands::simulate::simulate(&args),
         Command::Cache(args) => commands::cache::cache(&args),
     };

@@ -2,6 +2,7 @@ pub mod bench;
 pub mod cache;
 pub mod crd;
 pub mod demo;
+pub mod operator;
 pub mod run;
 pub mod simulate;
 pub mod validate;

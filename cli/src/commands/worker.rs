@@ -71,7 +71,7 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Completes on the first SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let terminate = async {
         match signal(SignalKind::terminate()) {

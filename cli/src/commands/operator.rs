@@ -1,0 +1,160 @@
+//! `granary operator`: the Kubernetes operator. It hosts the dispatcher, reconciles
+//! `InputPipeline`s into worker Deployments, and sizes them; one replica leads.
+
+use anyhow::Context;
+use granary_operator::{OperatorConfig, OperatorOptions, WorkerSettings};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `granary operator`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct OperatorArgs {
+    /// Address the dispatcher's gRPC API listens on.
+    #[arg(long, env = "GRANARY_DISPATCHER_LISTEN", default_value = "0.0.0.0:7070")]
+    pub dispatcher_listen: SocketAddr,
+    /// `host:port` workers dial for the dispatcher (default:
+    /// `granary-dispatcher.<lease namespace>.svc:7070`, the chart's Service).
+    #[arg(long, env = "GRANARY_DISPATCHER_ADVERTISE")]
+    pub dispatcher_advertise: Option<String>,
+    /// Object-store URL of the dispatcher's journal, so a new leader resumes every epoch where
+    /// it was (`s3://bucket/granary/journal`).
+    #[arg(long, env = "GRANARY_JOURNAL")]
+    pub journal: Option<String>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` on ADDR.
+    #[arg(long, env = "GRANARY_METRICS_ADDR", default_value = "0.0.0.0:9090", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long, env = "GRANARY_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Namespace of the leader Lease (the operator's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "granary-operator")]
+    pub lease_name: String,
+    /// This replica's name in the election and in Events (default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Image of the worker pods (holding `granary`).
+    #[arg(long, env = "GRANARY_WORKER_IMAGE")]
+    pub worker_image: String,
+    /// `imagePullPolicy` of the worker pods.
+    #[arg(long, env = "GRANARY_WORKER_IMAGE_PULL_POLICY")]
+    pub worker_image_pull_policy: Option<String>,
+    /// Requests and limits of each worker, as a Kubernetes ResourceRequirements in JSON
+    /// (`{"requests":{"cpu":"1","memory":"1Gi"}}`).
+    #[arg(long, env = "GRANARY_WORKER_RESOURCES")]
+    pub worker_resources: Option<String>,
+    /// Secret whose keys become the workers' environment (object-store credentials); looked up
+    /// in each pipeline's namespace, optional there.
+    #[arg(long, env = "GRANARY_WORKER_ENV_SECRET")]
+    pub worker_env_secret: Option<String>,
+    /// Seconds between autoscaling evaluations.
+    #[arg(long, default_value_t = 10.0)]
+    pub policy_period: f64,
+}
+
+impl OperatorArgs {
+    fn options(&self) -> anyhow::Result<OperatorOptions> {
+        let some = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let resources = some(&self.worker_resources)
+            .map(|json| serde_json::from_str::<ResourceRequirements>(&json))
+            .transpose()
+            .context("--worker-resources must be a ResourceRequirements in JSON, e.g. {\"requests\":{\"cpu\":\"1\"}}")?;
+        let policy_period = Duration::try_from_secs_f64(self.policy_period)
+            .ok()
+            .filter(|p| !p.is_zero())
+            .ok_or_else(|| anyhow::anyhow!("--policy-period must be a positive number of seconds"))?;
+        if self.worker_image.trim().is_empty() {
+            anyhow::bail!("--worker-image (GRANARY_WORKER_IMAGE) is empty; name the image holding granary");
+        }
+        let identity = some(&self.identity)
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("granary-operator-{}", std::process::id()));
+        let dispatcher = some(&self.dispatcher_advertise)
+            .unwrap_or_else(|| format!("granary-dispatcher.{}.svc:7070", self.lease_namespace));
+        Ok(OperatorOptions {
+            dispatcher_listen: self.dispatcher_listen,
+            journal: some(&self.journal),
+            metrics_addr: self.metrics_addr,
+            namespace: some(&self.namespace),
+            lease_namespace: self.lease_namespace.clone(),
+            lease_name: self.lease_name.clone(),
+            identity,
+            config: OperatorConfig {
+                workers: WorkerSettings {
+                    image: self.worker_image.clone(),
+                    image_pull_policy: some(&self.worker_image_pull_policy),
+                    resources,
+                    env_secret: some(&self.worker_env_secret),
+                    dispatcher,
+                },
+                policy_period,
+                status_period: Duration::from_secs(10),
+            },
+        })
+    }
+}
+
+/// Runs the operator until SIGTERM or Ctrl-C.
+pub fn operator(args: &OperatorArgs) -> anyhow::Result<ExitCode> {
+    let options = args.options()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("granary-operator")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let catalog = Arc::new(crate::local::catalog::WorkerCatalog);
+    let bound = |dispatcher: SocketAddr, metrics: SocketAddr| {
+        println!(
+            "{}",
+            serde_json::json!({"dispatcher": dispatcher.to_string(), "metrics": metrics.to_string()})
+        );
+    };
+    let result =
+        runtime.block_on(granary_operator::run(options, catalog, bound, super::worker::shutdown_signal()));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result.context("operator stopped")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OperatorArgs,
+    }
+
+    fn parse(flags: &[&str]) -> anyhow::Result<OperatorOptions> {
+        let args = Cli::try_parse_from([&["granary", "--worker-image", "img:1"][..], flags].concat())?.args;
+        args.options()
+    }
+
+    #[test]
+    fn defaults_point_workers_at_the_charts_service() {
+        let o = parse(&["--lease-namespace", "granary"]).unwrap();
+        assert_eq!(o.config.workers.dispatcher, "granary-dispatcher.granary.svc:7070");
+        assert_eq!(o.dispatcher_listen.port(), 7070);
+        assert_eq!(o.config.workers.image, "img:1");
+        assert!(o.namespace.is_none() && o.journal.is_none() && o.config.workers.resources.is_none());
+    }
+
+    #[test]
+    fn worker_resources_are_read_as_json_and_bad_ones_say_how() {
+        let o = parse(&["--worker-resources", r#"{"requests":{"cpu":"2"}}"#]).unwrap();
+        let requests = o.config.workers.resources.unwrap().requests.unwrap();
+        assert_eq!(requests["cpu"].0, "2");
+        let e = format!("{:#}", parse(&["--worker-resources", "cpu=2"]).unwrap_err());
+        assert!(e.contains("--worker-resources must be a ResourceRequirements in JSON"), "{e}");
+        let e = parse(&["--policy-period", "0"]).unwrap_err().to_string();
+        assert!(e.contains("--policy-period"), "{e}");
+    }
+}

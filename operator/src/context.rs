@@ -1,0 +1,109 @@
+//! What every reconcile shares: the API client, the dispatcher this operator hosts, the
+//! settings, and what the operator remembers about each pipeline between reconciles (the
+//! registered generation, its autoscaler, which decisions were already published).
+
+use crate::config::OperatorConfig;
+use crate::events::Notifier;
+use crate::pool::Sizing;
+use granary_dispatcher::Dispatcher;
+use granary_dispatcher::autoscaler::Scaling;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// The dispatcher this operator hosts.
+    pub dispatcher: Dispatcher,
+    /// Settings.
+    pub config: OperatorConfig,
+    /// Publishes Events.
+    pub notifier: Notifier,
+    tracked: Mutex<HashMap<String, Tracked>>,
+}
+
+/// What the operator remembers about one pipeline (by its dispatcher key `namespace/name`).
+#[derive(Default)]
+pub struct Tracked {
+    /// The uid of the resource, so a re-created pipeline of the same name starts afresh.
+    pub uid: String,
+    /// Generation last reconciled.
+    pub generation: Option<i64>,
+    /// Whether that generation is registered with the dispatcher.
+    pub registered: bool,
+    /// Whether any generation was ever registered (its workers may still serve).
+    pub ever_registered: bool,
+    /// The last problem published as an Event, so a repeat is not published again.
+    pub problem: Option<String>,
+    /// The sizing applied.
+    pub sizing: Option<Sizing>,
+    /// The autoscaler, for `policy: auto`.
+    pub autoscaler: Option<AutoscalerHandle>,
+    /// Scaling decisions already published.
+    pub scalings_published: u64,
+    /// The cache decision already published.
+    pub cache_published: Option<String>,
+    /// Whether completion was published.
+    pub completion_published: bool,
+    /// When status was last written.
+    pub status_written: Option<Instant>,
+}
+
+/// A running autoscaler.
+pub struct AutoscalerHandle {
+    /// Stops it.
+    pub stop: oneshot::Sender<()>,
+    /// Its report.
+    pub scaling: Scaling,
+}
+
+impl Context {
+    /// A context for the given parts.
+    pub fn new(
+        client: kube::Client,
+        dispatcher: Dispatcher,
+        config: OperatorConfig,
+        notifier: Notifier,
+    ) -> Context {
+        Context { client, dispatcher, config, notifier, tracked: Mutex::new(HashMap::new()) }
+    }
+
+    /// The remembered pipelines; never held across an await.
+    pub fn tracked(&self) -> MutexGuard<'_, HashMap<String, Tracked>> {
+        self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the record of `key` (created empty, or afresh when `uid` differs).
+    pub fn with<T>(&self, key: &str, uid: &str, f: impl FnOnce(&mut Tracked) -> T) -> T {
+        let mut tracked = self.tracked();
+        let entry = tracked.entry(key.to_string()).or_default();
+        if entry.uid != uid {
+            if let Some(old) = entry.autoscaler.take() {
+                let _ = old.stop.send(());
+            }
+            *entry = Tracked { uid: uid.to_string(), ..Tracked::default() };
+        }
+        f(entry)
+    }
+
+    /// Forgets `key`, stopping its autoscaler.
+    pub fn forget(&self, key: &str) {
+        if let Some(mut t) = self.tracked().remove(key)
+            && let Some(a) = t.autoscaler.take()
+        {
+            let _ = a.stop.send(());
+        }
+    }
+
+    /// Stops every autoscaler (on shutdown or lost leadership).
+    pub fn stop_all(&self) {
+        for t in self.tracked().values_mut() {
+            if let Some(a) = t.autoscaler.take() {
+                let _ = a.stop.send(());
+            }
+        }
+    }
+}

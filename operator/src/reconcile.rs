@@ -1,0 +1,373 @@
+//! Reconciling one `InputPipeline`: validate the spec, apply the worker Deployment and Service,
+//! register the pipeline with the dispatcher, size the pool (a fixed count, or an autoscaler),
+//! publish decisions as Events and write status. Idempotent: a second reconcile of the same
+//! generation changes nothing but status figures.
+
+use crate::config::{FINALIZER, MANAGER};
+use crate::context::{AutoscalerHandle, Context};
+use crate::events::{Note, new_cache_decision, new_scalings};
+use crate::objects::{self, pipeline_key, workers_name};
+use crate::pool::{self, KubernetesPool, Sizing};
+use crate::status::{self, Observed, Registration};
+use granary_crds::{InputPipeline, InputPipelineStatus};
+use granary_dispatcher::autoscaler::{Autoscaler, SharedPool};
+use granary_policies::{GranaryConfig, GranaryPolicy};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, Event as Finalizing};
+use kube::{Api, Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A reconcile that failed; retried by [`error_policy`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// Scaling the worker Deployment failed.
+    #[error(transparent)]
+    Scale(#[from] granary_dispatcher::pool::PoolError),
+    /// The object has no namespace (the CRD is namespaced, so this is a broken object).
+    #[error("InputPipeline `{0}` has no namespace")]
+    NoNamespace(String),
+}
+
+/// How long to wait before retrying after a failure.
+const RETRY: Duration = Duration::from_secs(10);
+/// How long to wait before listing an unreachable source again.
+const SOURCE_RETRY: Duration = Duration::from_secs(30);
+
+/// Reconciles `pipeline`: cleanup when it is being deleted, else apply.
+pub async fn reconcile(pipeline: Arc<InputPipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = pipeline.namespace().ok_or_else(|| Error::NoNamespace(pipeline.name_any()))?;
+    let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer::finalizer(&api, FINALIZER, pipeline, |event| async {
+        match event {
+            Finalizing::Apply(p) => apply(p, &ctx).await,
+            Finalizing::Cleanup(p) => cleanup(p, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Requeues a failed reconcile after a pause.
+pub fn error_policy(pipeline: Arc<InputPipeline>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(pipeline = %pipeline.name_any(), "reconcile failed: {error}");
+    Action::requeue(RETRY)
+}
+
+/// The spec as `granary validate` reads it: every problem with its field path, or the manifest
+/// the dispatcher registers. Relative `file:` URLs resolve from `/`.
+pub fn manifest_of(p: &InputPipeline) -> Result<granary_crds::Manifest, String> {
+    let name = p.name_any();
+    objects::check_name(&name).map_err(|why| format!("metadata.name: {why}"))?;
+    let document = serde_json::json!({
+        "apiVersion": granary_crds::manifest::API_VERSION,
+        "kind": granary_crds::manifest::KIND,
+        "metadata": {"name": name, "namespace": p.namespace()},
+        "spec": p.spec,
+    });
+    granary_crds::parse_manifest(&document.to_string(), std::path::Path::new("/"), &[])
+        .map_err(|problems| problems.to_string().replace('\n', "; "))
+}
+
+async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
+    let namespace = p.namespace().ok_or_else(|| Error::NoNamespace(p.name_any()))?;
+    let name = p.name_any();
+    let key = pipeline_key(&namespace, &name);
+    let uid = p.uid().unwrap_or_default();
+    let generation = p.meta().generation;
+    let regarding = p.object_ref(&());
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    let manifest = match manifest_of(&p) {
+        Ok(m) => m,
+        Err(why) => {
+            // Nothing is applied: an earlier generation's workers keep serving, untouched.
+            let (fresh, serving) = ctx.with(&key, &uid, |t| {
+                let fresh = t.problem.as_deref() != Some(why.as_str());
+                t.problem = Some(why.clone());
+                t.generation = generation;
+                (fresh, t.ever_registered)
+            });
+            if fresh {
+                ctx.notifier.publish(&regarding, Note::warning("InvalidSpec", why.clone())).await;
+            }
+            let (ready, desired) = if serving { counts(&deployments, &name).await } else { (0, 0) };
+            let observed = Observed {
+                generation,
+                registration: Registration::Invalid(why),
+                serving_earlier: serving,
+                ready_workers: ready,
+                desired_workers: desired,
+                progress: Vec::new(),
+                throughput: None,
+                trainer_wait_fraction: None,
+                failure: None,
+                scaling: None,
+                cache: status::cache_status(ctx.dispatcher.cache_report(&key).as_ref()),
+            };
+            write_status(&p, ctx, &key, &uid, &observed).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let applied = apply_children(&p, ctx, &namespace).await?;
+
+    // Register this generation (listing the source) once; retry while the source is unreachable.
+    let registered = ctx.with(&key, &uid, |t| t.registered && t.generation == generation);
+    let registration = if registered {
+        Registration::Registered
+    } else {
+        match ctx.dispatcher.register(&key, &manifest).await {
+            Ok(info) => {
+                ctx.with(&key, &uid, |t| {
+                    t.registered = true;
+                    t.ever_registered = true;
+                    t.generation = generation;
+                    t.problem = None;
+                });
+                let text = format!(
+                    "registered generation {} with the dispatcher as `{key}`: {} splits, {} elements",
+                    generation.unwrap_or(0),
+                    info.splits,
+                    info.elements
+                );
+                ctx.notifier.publish(&regarding, Note::normal("Registered", text)).await;
+                Registration::Registered
+            }
+            Err(e) => {
+                let why = format!("spec.source.url: cannot list `{}`: {e}", p.spec.source.url);
+                let fresh = ctx.with(&key, &uid, |t| {
+                    let fresh = t.problem.as_deref() != Some(why.as_str());
+                    t.problem = Some(why.clone());
+                    t.registered = false;
+                    t.generation = generation;
+                    fresh
+                });
+                if fresh {
+                    ctx.notifier.publish(&regarding, Note::warning("SourceUnavailable", why.clone())).await;
+                }
+                Registration::SourceUnavailable(why)
+            }
+        }
+    };
+
+    let desired = size(&p, ctx, &key, &uid, &deployments, &applied).await?;
+    let ready = applied.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0).max(0) as u32;
+
+    // Decisions since the last reconcile become Events.
+    let scaling = ctx.with(&key, &uid, |t| t.autoscaler.as_ref().map(|a| a.scaling.report()));
+    let cache = ctx.dispatcher.cache_report(&key);
+    let (scalings, cache_note, completion) = ctx.with(&key, &uid, |t| {
+        let scalings = match &scaling {
+            Some(report) => {
+                let (notes, seen) = new_scalings(report, t.scalings_published);
+                t.scalings_published = seen;
+                notes
+            }
+            None => Vec::new(),
+        };
+        let cache_note = new_cache_decision(cache.as_ref(), t.cache_published.as_deref()).map(|(note, k)| {
+            t.cache_published = Some(k);
+            note
+        });
+        (scalings, cache_note, !t.completion_published)
+    });
+    for note in scalings.into_iter().chain(cache_note) {
+        ctx.notifier.publish(&regarding, note).await;
+    }
+
+    let registered = registration == Registration::Registered;
+    let progress = if registered { ctx.dispatcher.progress(&key) } else { Vec::new() };
+    let (throughput, wait) = status::rates(&ctx.dispatcher.snapshot(&key), p.spec.batch.size);
+    let observed = Observed {
+        generation,
+        registration,
+        serving_earlier: false,
+        ready_workers: ready,
+        desired_workers: desired,
+        progress,
+        throughput,
+        trainer_wait_fraction: wait,
+        failure: if registered { ctx.dispatcher.failure(&key) } else { None },
+        scaling,
+        cache: status::cache_status(cache.as_ref()),
+    };
+    let written = write_status(&p, ctx, &key, &uid, &observed).await?;
+    if completion && written.phase == Some(granary_crds::PipelinePhase::Completed) {
+        ctx.with(&key, &uid, |t| t.completion_published = true);
+        ctx.notifier.publish(&regarding, Note::normal("Completed", "every job delivered every epoch")).await;
+    }
+    Ok(match observed.registration {
+        Registration::SourceUnavailable(_) => Action::requeue(SOURCE_RETRY),
+        _ => Action::requeue(ctx.config.status_period),
+    })
+}
+
+/// Applies the worker Deployment and Service (server-side apply, forced: the operator owns
+/// these fields) and returns the Deployment as the server holds it.
+async fn apply_children(p: &InputPipeline, ctx: &Context, namespace: &str) -> Result<Deployment, Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    let name = workers_name(&p.name_any());
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    services.patch(&name, &params, &Patch::Apply(&objects::service(p))).await?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(deployments.patch(&name, &params, &Patch::Apply(&objects::deployment(p, &ctx.config.workers))).await?)
+}
+
+/// Ready and desired workers of a pipeline's Deployment, `(0, 0)` when it cannot be read.
+async fn counts(deployments: &Api<Deployment>, name: &str) -> (u32, u32) {
+    match deployments.get_opt(&workers_name(name)).await {
+        Ok(Some(d)) => {
+            let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+            (ready.max(0) as u32, desired.max(0) as u32)
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Applies the sizing of the spec: the fixed count through the scale subresource, or an
+/// autoscaler (restarted when its bounds change). Returns the desired count.
+async fn size(
+    p: &InputPipeline,
+    ctx: &Context,
+    key: &str,
+    uid: &str,
+    deployments: &Api<Deployment>,
+    applied: &Deployment,
+) -> Result<u32, Error> {
+    let wanted = pool::sizing(&p.spec);
+    let current = applied.spec.as_ref().and_then(|s| s.replicas).map(|n| n.max(0) as u32);
+    let same = ctx.with(key, uid, |t| {
+        t.sizing.as_ref() == Some(&wanted) && (t.autoscaler.is_some() || matches!(wanted, Sizing::Fixed(_)))
+    });
+    let name = workers_name(&p.name_any());
+    let kubernetes = KubernetesPool::new(deployments.clone(), &name);
+    match &wanted {
+        Sizing::Fixed(n) => {
+            if current != Some(*n) {
+                kubernetes.set(*n).await?;
+                let text = format!(
+                    "scaled from {} to {n} workers: spec.scaling.replicas is {n} (policy fixed)",
+                    current.unwrap_or(0)
+                );
+                ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
+            }
+            ctx.with(key, uid, |t| {
+                if let Some(a) = t.autoscaler.take() {
+                    let _ = a.stop.send(());
+                }
+                t.sizing = Some(wanted.clone());
+            });
+            Ok(*n)
+        }
+        Sizing::Auto(bounds) => {
+            if same {
+                let desired =
+                    ctx.with(key, uid, |t| t.autoscaler.as_ref().map(|a| a.scaling.report().desired));
+                return Ok(desired.unwrap_or_else(|| current.unwrap_or(0)));
+            }
+            let initial = pool::initial(&wanted, current);
+            if current != Some(initial) {
+                kubernetes.set(initial).await?;
+                let text = format!(
+                    "scaled from {} to {initial} workers: autoscaling within {}..{} (spec.scaling)",
+                    current.unwrap_or(0),
+                    bounds.lower(),
+                    bounds.max_workers
+                );
+                ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
+            }
+            let period = ctx.config.policy_period;
+            let policy = GranaryPolicy::new(GranaryConfig::for_period(period.as_secs_f64()));
+            let shared: SharedPool = Arc::new(tokio::sync::Mutex::new(kubernetes));
+            let autoscaler = Autoscaler::new(
+                ctx.dispatcher.clone(),
+                key,
+                Box::new(policy),
+                shared,
+                bounds.clone(),
+                period,
+                initial,
+            );
+            let scaling = autoscaler.scaling();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            // The first evaluation waits a period: the workers just started, nothing is measured.
+            tokio::spawn(async move {
+                let stopped = async move { drop(stopped.await) };
+                tokio::pin!(stopped);
+                tokio::select! {
+                    () = &mut stopped => return,
+                    () = tokio::time::sleep(period) => {}
+                }
+                autoscaler.run(stopped).await;
+            });
+            ctx.with(key, uid, |t| {
+                if let Some(old) = t.autoscaler.replace(AutoscalerHandle { stop, scaling }) {
+                    let _ = old.stop.send(());
+                }
+                t.sizing = Some(wanted.clone());
+            });
+            Ok(initial)
+        }
+    }
+}
+
+/// Writes status when it changed in substance, or when only figures changed and the last
+/// write is a status period old (so the operator's own writes do not trigger a write loop).
+async fn write_status(
+    p: &InputPipeline,
+    ctx: &Context,
+    key: &str,
+    uid: &str,
+    observed: &Observed,
+) -> Result<InputPipelineStatus, Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
+    let next = status::status(p.status.as_ref(), observed, &now.to_string());
+    let substance_changed = p.status.as_ref().map(substance) != Some(substance(&next));
+    let stale =
+        ctx.with(key, uid, |t| t.status_written.is_none_or(|at| at.elapsed() >= ctx.config.status_period));
+    if substance_changed || (stale && p.status.as_ref() != Some(&next)) {
+        let namespace = p.namespace().unwrap_or_default();
+        let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = serde_json::json!({ "status": next });
+        api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        ctx.with(key, uid, |t| t.status_written = Some(Instant::now()));
+    }
+    Ok(next)
+}
+
+/// The parts of a status whose change is worth a write right away: all but the figures.
+fn substance(s: &InputPipelineStatus) -> InputPipelineStatus {
+    let mut s = s.clone();
+    s.throughput = None;
+    s.trainer_wait_fraction = None;
+    if let Some(c) = &mut s.cache {
+        c.bytes_read = 0;
+        c.bytes_written = 0;
+    }
+    s
+}
+
+/// A deleted pipeline: stop its autoscaler and drop it from the dispatcher. Its Deployment and
+/// Service go with it (owner references); cache entries stay in their store.
+async fn cleanup(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
+    let namespace = p.namespace().ok_or_else(|| Error::NoNamespace(p.name_any()))?;
+    let key = pipeline_key(&namespace, &p.name_any());
+    ctx.forget(&key);
+    ctx.dispatcher.unregister(&key).await;
+    let text = format!(
+        "stopped autoscaling and removed `{key}` from the dispatcher; workers go with the Deployment"
+    );
+    ctx.notifier.publish(&p.object_ref(&()), Note::normal("Cleanup", text)).await;
+    Ok(Action::await_change())
+}

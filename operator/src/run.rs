@@ -1,0 +1,182 @@
+//! The operator process: probes and metrics from the start; the leader election; once leading,
+//! the dispatcher (its journal replayed, its gRPC API served) and the controller. Losing the
+//! Lease ends the process (Kubernetes restarts it as a follower), so two dispatchers never
+//! serve at once for longer than the Lease's grace.
+
+use crate::config::OperatorConfig;
+use crate::context::Context;
+use crate::events::Notifier;
+use crate::leader::Candidacy;
+use crate::metrics::OperatorMetrics;
+use granary_dispatcher::exposition::Exposition;
+use granary_dispatcher::{Catalog, Dispatcher, DispatcherConfig};
+use granary_telemetry::MetricsServer;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Where and how the operator runs.
+#[derive(Clone, Debug)]
+pub struct OperatorOptions {
+    /// Address the dispatcher's gRPC API listens on.
+    pub dispatcher_listen: SocketAddr,
+    /// Object-store URL of the dispatcher's journal.
+    pub journal: Option<String>,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: SocketAddr,
+    /// Watch only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Namespace of the leader Lease.
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    pub lease_name: String,
+    /// This replica's name in the election and in Events.
+    pub identity: String,
+    /// Reconcile settings.
+    pub config: OperatorConfig,
+}
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No Kubernetes configuration (in-cluster or kubeconfig) could be loaded.
+    #[error("cannot reach Kubernetes: {0}")]
+    Client(#[from] kube::Error),
+    /// The election failed.
+    #[error("leader election: {0}")]
+    Election(#[from] kube_lease_manager::LeaseManagerError),
+    /// Another replica took the Lease.
+    #[error("lost the leader Lease to another replica; restarting as a follower")]
+    Deposed,
+    /// The dispatcher could not start.
+    #[error(transparent)]
+    Dispatcher(#[from] granary_dispatcher::DispatcherError),
+    /// A port could not be bound or metrics could not be set up.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs the operator until `shutdown` completes (then it steps down cleanly) or leadership is
+/// lost. `catalog` lists sources for the dispatcher. `bound` hears the bound addresses of the
+/// dispatcher and the metrics endpoint as soon as they are bound.
+pub async fn run(
+    options: OperatorOptions,
+    catalog: Arc<dyn Catalog>,
+    bound: impl FnOnce(SocketAddr, SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), OperatorError> {
+    // One process-wide TLS provider, whichever crates link rustls (kube, object_store's cloud
+    // stores): rustls refuses to guess when more than one provider is compiled in.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let client = kube::Client::try_default().await?;
+    let listener = tokio::net::TcpListener::bind(options.dispatcher_listen)
+        .await
+        .map_err(|e| OperatorError::Setup(format!("cannot listen on {}: {e}", options.dispatcher_listen)))?;
+    let dispatcher_addr = listener.local_addr().map_err(|e| OperatorError::Setup(e.to_string()))?;
+
+    let exposition = Arc::new(Exposition::new().map_err(|e| OperatorError::Setup(e.to_string()))?);
+    let metrics =
+        OperatorMetrics::register(&exposition.registry()).map_err(|e| OperatorError::Setup(e.to_string()))?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = MetricsServer::bind(options.metrics_addr, exposition.registry())
+        .await
+        .map_err(|e| OperatorError::Setup(e.to_string()))?;
+    let metrics_addr = server.local_addr().unwrap_or(options.metrics_addr);
+    let leading = ready.clone();
+    let refreshed: Arc<std::sync::Mutex<Option<Dispatcher>>> = Arc::default();
+    let server = {
+        let refreshed = refreshed.clone();
+        let exposition = exposition.clone();
+        server.with_probes(Arc::new(move || leading.load(Ordering::Relaxed))).with_refresh(Arc::new(
+            move || {
+                if let Some(d) = refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref()
+                {
+                    exposition.refresh(d);
+                }
+            },
+        ))
+    };
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics_task = server.spawn(async move { drop(metrics_stopped.await) });
+    bound(dispatcher_addr, metrics_addr);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    tracing::info!(identity = %options.identity, lease = %options.lease_name, "waiting to lead");
+    let mut candidacy =
+        Candidacy::enter(client.clone(), &options.lease_namespace, &options.lease_name, &options.identity)
+            .await?;
+    let result = tokio::select! {
+        elected = candidacy.elected() => match elected {
+            Ok(()) => lead(&options, client, catalog, listener, &ready, &metrics, &refreshed, &mut candidacy, stopped(stop_rx.clone())).await,
+            Err(e) => Err(e.into()),
+        },
+        () = stopped(stop_rx.clone()) => Ok(()),
+    };
+    ready.store(false, Ordering::Relaxed);
+    metrics.leading(false);
+    candidacy.resign().await;
+    let _ = stop_metrics.send(());
+    let _ = metrics_task.await;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lead(
+    options: &OperatorOptions,
+    client: kube::Client,
+    catalog: Arc<dyn Catalog>,
+    listener: tokio::net::TcpListener,
+    ready: &AtomicBool,
+    metrics: &OperatorMetrics,
+    refreshed: &std::sync::Mutex<Option<Dispatcher>>,
+    candidacy: &mut Candidacy,
+    stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), OperatorError> {
+    tracing::info!(identity = %options.identity, "leading: starting the dispatcher and the controller");
+    let config = DispatcherConfig { journal: options.journal.clone(), ..Default::default() };
+    let dispatcher = Dispatcher::new(config, catalog).await?;
+    *refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dispatcher.clone());
+    let (stop_dispatcher, dispatcher_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = {
+        let d = dispatcher.clone();
+        tokio::spawn(async move { d.serve(listener, async { drop(dispatcher_stopped.await) }).await })
+    };
+    ready.store(true, Ordering::Relaxed);
+    metrics.leading(true);
+
+    let notifier = Notifier::new(client.clone(), &options.identity);
+    let ctx = Arc::new(Context::new(client, dispatcher, options.config.clone(), notifier));
+    let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(crate::controller::run(
+        ctx.clone(),
+        options.namespace.clone(),
+        metrics.clone(),
+        async move { drop(controller_stopped.await) },
+    ));
+    let mut serving = serving;
+    let result = tokio::select! {
+        () = stopped => Ok(()),
+        () = candidacy.deposed() => Err(OperatorError::Deposed),
+        served = &mut serving => match served {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(OperatorError::Setup(format!("the dispatcher task failed: {e}"))),
+        },
+    };
+    ready.store(false, Ordering::Relaxed);
+    let _ = stop_controller.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    ctx.stop_all();
+    let _ = stop_dispatcher.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    result
+}

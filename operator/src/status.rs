@@ -1,0 +1,377 @@
+//! A pipeline's status as a pure function of what was observed: the spec's problems, whether
+//! the dispatcher could register it, the worker Deployment's counts, the dispatcher's progress
+//! and metrics, the autoscaler's latest reason and the autocacher's decision.
+
+use granary_crds::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase};
+use granary_dispatcher::autoscaler::ScalingReport;
+use granary_dispatcher::{CacheReport, JobProgress, MetricsSnapshot};
+use granary_policies::caching::Action;
+
+/// What the dispatcher knows of a pipeline.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Registration {
+    /// Registered; serving this spec.
+    Registered,
+    /// Listing the source failed: the reason, naming `spec.source.url`.
+    SourceUnavailable(String),
+    /// The spec is invalid: each problem as `field: message`.
+    Invalid(String),
+}
+
+/// Everything a status is computed from.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// `metadata.generation` of the pipeline.
+    pub generation: Option<i64>,
+    /// The dispatcher's view.
+    pub registration: Registration,
+    /// Whether an earlier generation's workers still serve (an invalid update keeps them).
+    pub serving_earlier: bool,
+    /// Ready worker pods.
+    pub ready_workers: u32,
+    /// The target count.
+    pub desired_workers: u32,
+    /// Jobs of the pipeline and how far they are.
+    pub progress: Vec<JobProgress>,
+    /// Elements per second delivered, all consumers together.
+    pub throughput: Option<f64>,
+    /// Share of trainer time spent waiting.
+    pub trainer_wait_fraction: Option<f64>,
+    /// Why the pipeline stopped (the source changed under a running plan).
+    pub failure: Option<String>,
+    /// The autoscaler's report; `None` for a fixed count.
+    pub scaling: Option<ScalingReport>,
+    /// The cache's state.
+    pub cache: CacheStatus,
+}
+
+/// Throughput and trainer wait fraction from the consumers' latest reports.
+pub fn rates(snapshot: &MetricsSnapshot, batch_size: u32) -> (Option<f64>, Option<f64>) {
+    if snapshot.consumers.is_empty() {
+        return (None, None);
+    }
+    let throughput: f64 =
+        snapshot.consumers.iter().map(|(_, _, m)| m.batches_per_second * f64::from(batch_size)).sum();
+    let fractions: Vec<f64> = snapshot
+        .consumers
+        .iter()
+        .filter(|(_, _, m)| m.step_seconds + m.wait_seconds > 0.0)
+        .map(|(_, _, m)| m.wait_seconds / (m.step_seconds + m.wait_seconds))
+        .collect();
+    let wait = (!fractions.is_empty()).then(|| fractions.iter().sum::<f64>() / fractions.len() as f64);
+    (Some(round(throughput, 1)), wait.map(|w| round(w, 3)))
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// The cache as status shows it, from the dispatcher's report (`None`: not registered).
+pub fn cache_status(report: Option<&CacheReport>) -> CacheStatus {
+    let Some(report) = report else { return CacheStatus { state: "off".into(), ..Default::default() } };
+    let bytes_read = report.epochs.iter().map(|e| e.bytes_read).sum();
+    let bytes_written = report.epochs.iter().map(|e| e.bytes_written).sum();
+    let last_mode = report.epochs.last().map(|e| e.mode.as_str());
+    let state = match (&report.decision, report.policy.as_str()) {
+        (None, "never") => "off",
+        (None, _) if report.store.is_none() => "off",
+        (None, _) => "profiling",
+        (Some(d), _) => match d.action {
+            Action::Compute => "compute",
+            Action::Write { .. } if last_mode == Some("read") => "reading",
+            Action::Write { .. } => "writing",
+            Action::Read { .. } => "reading",
+        },
+    };
+    CacheStatus {
+        state: state.into(),
+        stage: report.stage.clone(),
+        entry: report.fingerprint.clone(),
+        bytes_read,
+        bytes_written,
+        reason: report.decision.as_ref().map(|d| d.reason.clone()),
+    }
+}
+
+fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> PipelineCondition {
+    PipelineCondition {
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: None,
+    }
+}
+
+/// The status for `observed`. Conditions keep their `lastTransitionTime` from `previous` while
+/// their status holds; a changed one gets `now` (RFC 3339).
+pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: &str) -> InputPipelineStatus {
+    let o = observed;
+    let completed =
+        !o.progress.is_empty() && o.progress.iter().all(|j| j.declared > 0 && j.finished >= j.declared);
+    let workers = format!("{}/{}", o.ready_workers, o.desired_workers);
+    let (phase, ready, degraded) = match &o.registration {
+        Registration::Invalid(why) => {
+            let ready = condition("Ready", false, "InvalidSpec", why.clone());
+            if o.serving_earlier {
+                let degraded = condition(
+                    "Degraded",
+                    true,
+                    "InvalidSpec",
+                    format!("the previous spec keeps serving until this one is fixed: {why}"),
+                );
+                (PipelinePhase::Degraded, ready, degraded)
+            } else {
+                (
+                    PipelinePhase::Failed,
+                    ready,
+                    condition("Degraded", false, "InvalidSpec", "nothing runs yet"),
+                )
+            }
+        }
+        Registration::SourceUnavailable(why) => (
+            PipelinePhase::Pending,
+            condition("Ready", false, "SourceUnavailable", why.clone()),
+            condition("Degraded", false, "SourceUnavailable", "retrying the listing"),
+        ),
+        Registration::Registered => {
+            if let Some(why) = &o.failure {
+                (
+                    PipelinePhase::Failed,
+                    condition("Ready", false, "PipelineFailed", why.clone()),
+                    condition("Degraded", true, "PipelineFailed", why.clone()),
+                )
+            } else if completed {
+                (
+                    PipelinePhase::Completed,
+                    condition("Ready", true, "Completed", "every job delivered every epoch"),
+                    condition("Degraded", false, "AsExpected", "completed"),
+                )
+            } else if o.ready_workers == 0 {
+                let was_running = previous
+                    .and_then(|p| p.phase)
+                    .is_some_and(|p| matches!(p, PipelinePhase::Running | PipelinePhase::Degraded));
+                let message = format!("{workers} workers ready; waiting for a worker pod to become ready");
+                if was_running {
+                    (
+                        PipelinePhase::Degraded,
+                        condition("Ready", false, "NoReadyWorkers", message.clone()),
+                        condition("Degraded", true, "NoReadyWorkers", message),
+                    )
+                } else {
+                    (
+                        PipelinePhase::Pending,
+                        condition("Ready", false, "WorkersStarting", message),
+                        condition("Degraded", false, "AsExpected", "starting"),
+                    )
+                }
+            } else {
+                (
+                    PipelinePhase::Running,
+                    condition("Ready", true, "Serving", format!("{workers} workers ready")),
+                    condition("Degraded", false, "AsExpected", "serving"),
+                )
+            }
+        }
+    };
+    let scaling = {
+        let reason = o.scaling.as_ref().map(|s| s.last_reason.clone()).filter(|r| !r.is_empty());
+        let why = reason.unwrap_or_else(|| match &o.scaling {
+            Some(_) => "the autoscaler has not evaluated yet".into(),
+            None => format!("policy fixed: {} workers", o.desired_workers),
+        });
+        if o.ready_workers < o.desired_workers {
+            condition("Scaling", true, "ScalingUp", format!("{workers} workers ready; {why}"))
+        } else if o.ready_workers > o.desired_workers {
+            condition("Scaling", true, "ScalingDown", format!("{workers} workers ready; {why}"))
+        } else {
+            condition("Scaling", false, "AtTarget", why)
+        }
+    };
+    let caching = {
+        let c = &o.cache;
+        let why = c.reason.clone().unwrap_or_default();
+        match c.state.as_str() {
+            "writing" => {
+                condition("Caching", true, "Writing", format!("writing the output of `{}`: {why}", stage(c)))
+            }
+            "reading" => {
+                condition("Caching", true, "Reading", format!("reading the output of `{}`: {why}", stage(c)))
+            }
+            "compute" => condition("Caching", false, "Compute", why),
+            "profiling" => {
+                condition("Caching", false, "Profiling", "measuring each cut and the store before deciding")
+            }
+            _ => condition("Caching", false, "Off", "spec.cache is absent or `policy: never`"),
+        }
+    };
+    let mut conditions = vec![ready, scaling, caching, degraded];
+    for c in &mut conditions {
+        let before = previous.and_then(|p| p.conditions.iter().find(|b| b.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(b) if b.status == c.status => b.last_transition_time.clone(),
+            _ => Some(now.to_string()),
+        };
+    }
+    let registered = o.registration == Registration::Registered;
+    InputPipelineStatus {
+        phase: Some(phase),
+        workers: Some(workers),
+        ready_workers: Some(o.ready_workers),
+        desired_workers: Some(o.desired_workers),
+        throughput: if registered { o.throughput } else { None },
+        trainer_wait_fraction: if registered { o.trainer_wait_fraction } else { None },
+        cache: Some(o.cache.clone()),
+        epoch: if registered { o.progress.iter().map(|j| j.epoch).min() } else { None },
+        observed_generation: o.generation,
+        conditions,
+    }
+}
+
+fn stage(c: &CacheStatus) -> &str {
+    c.stage.as_deref().unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_dispatcher::Mode;
+
+    fn observed(registration: Registration, ready: u32, desired: u32) -> Observed {
+        Observed {
+            generation: Some(3),
+            registration,
+            serving_earlier: false,
+            ready_workers: ready,
+            desired_workers: desired,
+            progress: Vec::new(),
+            throughput: Some(1200.0),
+            trainer_wait_fraction: Some(0.25),
+            failure: None,
+            scaling: None,
+            cache: CacheStatus { state: "off".into(), ..Default::default() },
+        }
+    }
+
+    fn job(epoch: u32, declared: u32, finished: u32) -> JobProgress {
+        JobProgress {
+            job: "j".into(),
+            consumers: declared,
+            declared,
+            finished,
+            epoch,
+            mode: Mode::Distributed,
+            batches_per_epoch: 10,
+        }
+    }
+
+    fn cond<'a>(s: &'a InputPipelineStatus, t: &str) -> (&'a str, &'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+        (c.status.as_str(), c.reason.as_deref().unwrap(), c.message.as_deref().unwrap())
+    }
+
+    #[test]
+    fn phase_and_ready_follow_the_table() {
+        use PipelinePhase::*;
+        let running = Observed { progress: vec![job(1, 1, 0)], ..observed(Registration::Registered, 2, 2) };
+        let done = Observed { progress: vec![job(2, 2, 2)], ..observed(Registration::Registered, 2, 2) };
+        let failed = Observed { failure: Some("the source changed".into()), ..running.clone() };
+        let invalid_update = Observed {
+            serving_earlier: true,
+            ..observed(Registration::Invalid("spec.cache.at: no stage `x`".into()), 2, 2)
+        };
+        let table: Vec<(&str, Observed, PipelinePhase, &str, &str)> = vec![
+            (
+                "invalid",
+                observed(Registration::Invalid("spec.batch.size: must be >= 1".into()), 0, 0),
+                Failed,
+                "False",
+                "InvalidSpec",
+            ),
+            ("invalid update", invalid_update, Degraded, "False", "InvalidSpec"),
+            (
+                "no source",
+                observed(Registration::SourceUnavailable("spec.source.url: gone".into()), 0, 1),
+                Pending,
+                "False",
+                "SourceUnavailable",
+            ),
+            ("starting", observed(Registration::Registered, 0, 2), Pending, "False", "WorkersStarting"),
+            ("running", running, Running, "True", "Serving"),
+            ("completed", done, Completed, "True", "Completed"),
+            ("failed", failed, Failed, "False", "PipelineFailed"),
+        ];
+        for (what, o, phase, ready, reason) in table {
+            let s = status(None, &o, "2026-11-21T10:00:00Z");
+            assert_eq!(s.phase, Some(phase), "{what}");
+            assert_eq!(cond(&s, "Ready").0, ready, "{what}");
+            assert_eq!(cond(&s, "Ready").1, reason, "{what}");
+            assert_eq!(s.observed_generation, Some(3), "{what}");
+            assert_eq!(s.conditions.len(), 4, "{what}: Ready, Scaling, Caching, Degraded");
+        }
+    }
+
+    #[test]
+    fn an_invalid_spec_names_the_field_and_reports_no_rates() {
+        let o = observed(Registration::Invalid("spec.cache.at: no stage named `x`".into()), 0, 0);
+        let s = status(None, &o, "t");
+        assert!(cond(&s, "Ready").2.starts_with("spec.cache.at:"));
+        assert_eq!((s.throughput, s.trainer_wait_fraction, s.epoch), (None, None, None));
+    }
+
+    #[test]
+    fn losing_every_worker_after_running_is_degraded() {
+        let running = status(None, &observed(Registration::Registered, 2, 2), "t0");
+        let s = status(Some(&running), &observed(Registration::Registered, 0, 2), "t1");
+        assert_eq!(s.phase, Some(PipelinePhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").0, "True");
+        assert_eq!(s.workers.as_deref(), Some("0/2"));
+    }
+
+    #[test]
+    fn scaling_says_which_way_and_why() {
+        let mut o = observed(Registration::Registered, 1, 3);
+        o.scaling = Some(ScalingReport {
+            desired: 3,
+            last_reason: "trainers wait 40% of each step".into(),
+            ..Default::default()
+        });
+        let s = status(None, &o, "t");
+        assert_eq!(
+            cond(&s, "Scaling"),
+            ("True", "ScalingUp", "1/3 workers ready; trainers wait 40% of each step")
+        );
+        let s = status(None, &observed(Registration::Registered, 2, 2), "t");
+        assert_eq!(cond(&s, "Scaling"), ("False", "AtTarget", "policy fixed: 2 workers"));
+    }
+
+    #[test]
+    fn transition_times_hold_while_a_condition_holds() {
+        let a = status(None, &observed(Registration::Registered, 2, 2), "t0");
+        let b = status(Some(&a), &observed(Registration::Registered, 2, 2), "t1");
+        assert!(b.conditions.iter().all(|c| c.last_transition_time.as_deref() == Some("t0")));
+        let c = status(Some(&b), &observed(Registration::Registered, 0, 2), "t2");
+        let ready = c.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.last_transition_time.as_deref(), Some("t2"));
+    }
+
+    #[test]
+    fn rates_sum_throughput_and_average_waiting() {
+        use granary_proto::v1::ClientMetrics;
+        let m = |bps: f64, step: f64, wait: f64| ClientMetrics {
+            batches_per_second: bps,
+            step_seconds: step,
+            wait_seconds: wait,
+            ..Default::default()
+        };
+        let snapshot = MetricsSnapshot {
+            workers: Vec::new(),
+            consumers: vec![("j".into(), 0, m(10.0, 0.03, 0.01)), ("j".into(), 1, m(5.0, 0.01, 0.01))],
+        };
+        let (throughput, wait) = rates(&snapshot, 8);
+        assert_eq!(throughput, Some(120.0));
+        assert_eq!(wait, Some(0.375));
+        assert_eq!(rates(&MetricsSnapshot::default(), 8), (None, None));
+    }
+}

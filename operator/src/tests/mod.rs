@@ -1,0 +1,4 @@
+//! Tests against a mocked API server.
+
+mod apiserver;
+mod reconcile;
