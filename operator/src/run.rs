@@ -40,9 +40,10 @@ pub struct OperatorOptions {
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    /// No Kubernetes configuration (in-cluster or kubeconfig) could be loaded.
+    /// No Kubernetes configuration (in-cluster or kubeconfig) could be loaded; the message holds
+    /// kube's whole explanation (its error chain repeats itself when printed link by link).
     #[error("cannot reach Kubernetes: {0}")]
-    Client(#[from] kube::Error),
+    Client(String),
     /// The election failed.
     #[error("leader election: {0}")]
     Election(#[from] kube_lease_manager::LeaseManagerError),
@@ -69,7 +70,7 @@ pub async fn run(
     // One process-wide TLS provider, whichever crates link rustls (kube, object_store's cloud
     // stores): rustls refuses to guess when more than one provider is compiled in.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let client = kube::Client::try_default().await?;
+    let client = kube::Client::try_default().await.map_err(|e| OperatorError::Client(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.dispatcher_listen)
         .await
         .map_err(|e| OperatorError::Setup(format!("cannot listen on {}: {e}", options.dispatcher_listen)))?;
