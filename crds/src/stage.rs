@@ -11,7 +11,8 @@ use std::borrow::Cow;
 /// by the API server.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct StageSpec {
-    /// Operator name, e.g. `image.decode`, `image.random_resized_crop`, `text.tokenize`.
+    /// Operator name, one of the built-in operators (`image.decode`, `image.random_resized_crop`,
+    /// `text.tokenize`, ...); the CRD schema lists them all.
     pub op: String,
     /// Optional stage name, unique within the pipeline; `spec.cache.at` refers to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,15 +35,25 @@ impl JsonSchema for StageSpec {
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let names: Vec<&str> = crate::ops::OPS.iter().map(|op| op.name).collect();
+        let random: Vec<&str> =
+            crate::ops::OPS.iter().filter(|op| !op.deterministic).map(|op| op.name).collect();
+        let op = format!(
+            "Operator name: one of {}. The operator's own fields sit beside `op` (docs/spec.md lists \
+             them). Random operators ({}) end the deterministic prefix, within which a stage's output \
+             can be cached.",
+            names.join(", "),
+            random.join(", ")
+        );
         json_schema!({
             "description": "One stage of the pipeline: an operator (`op`) and its fields, which sit beside `op`.",
             "type": "object",
             "required": ["op"],
             "properties": {
                 "op": {
-                    "description": "Operator name, e.g. `image.decode`, `image.random_resized_crop`, `text.tokenize`.",
+                    "description": op,
                     "type": "string",
-                    "minLength": 1
+                    "enum": names
                 },
                 "name": {
                     "description": "Optional stage name, unique within the pipeline; `spec.cache.at` refers to it.",

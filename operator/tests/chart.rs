@@ -349,6 +349,7 @@ fn custom_resources_are_valid_for_their_crds_and_invalid_ones_are_caught() {
             json!({"source": {"url": "s3://bucket/data/", "format": "csv"}}),
             "spec.source.format",
         ),
+        ("unknown-operator", json!({"stages": [{"op": "image.blur"}]}), "spec.stages.0.op"),
     ];
     let mut invalid_docs: Vec<Value> = invalid
         .iter()
