@@ -339,11 +339,25 @@ async fn write_status(
     if substance_changed || (stale && p.status.as_ref() != Some(&next)) {
         let namespace = p.namespace().unwrap_or_default();
         let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = serde_json::json!({ "status": next });
+        let patch = serde_json::json!({ "status": status_patch(p.status.as_ref(), &next) });
         api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
         ctx.with(key, uid, |t| t.status_written = Some(Instant::now()));
     }
     Ok(next)
+}
+
+/// A merge patch from `previous` to `next`: `next`, plus `null` for each field `next` no longer
+/// has (a merge patch keeps what it does not mention).
+fn status_patch(previous: Option<&InputPipelineStatus>, next: &InputPipelineStatus) -> serde_json::Value {
+    let mut patch = serde_json::to_value(next).unwrap_or_default();
+    if let (Some(fields), Ok(serde_json::Value::Object(before))) =
+        (patch.as_object_mut(), serde_json::to_value(previous))
+    {
+        for key in before.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 /// The parts of a status whose change is worth a write right away: all but the figures.
@@ -370,4 +384,18 @@ async fn cleanup(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> 
     );
     ctx.notifier.publish(&p.object_ref(&()), Note::normal("Cleanup", text)).await;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_patch_clears_the_fields_that_went_away() {
+        let before = InputPipelineStatus { throughput: Some(10.0), epoch: Some(2), ..Default::default() };
+        let next = InputPipelineStatus { epoch: Some(3), ..Default::default() };
+        let patch = status_patch(Some(&before), &next);
+        assert_eq!(patch, serde_json::json!({"throughput": null, "epoch": 3}));
+        assert_eq!(status_patch(None, &next), serde_json::json!({"epoch": 3}));
+    }
 }
