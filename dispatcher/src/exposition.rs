@@ -32,7 +32,9 @@ pub struct Exposition {
     cache_bytes: IntCounterVec,
     cache_splits: IntCounterVec,
     cache_recomputed: IntCounterVec,
-    scaling: Vec<(String, Scaling)>,
+    splits: IntCounterVec,
+    journal: IntCounterVec,
+    scaling: std::sync::Mutex<Vec<(String, Scaling)>>,
 }
 
 impl Exposition {
@@ -98,15 +100,45 @@ impl Exposition {
                 "Elements computed from the source after a cache read failed.",
                 &["pipeline"],
             )?,
-            scaling: Vec::new(),
+            splits: counters(
+                &registry,
+                "granary_dispatcher_splits_total",
+                "Split leases by what became of them: leased, completed, or requeued (given back by a \
+                 draining worker, or taken from a dead or late one and handed out again).",
+                &["pipeline", "event"],
+            )?,
+            journal: counters(
+                &registry,
+                "granary_dispatcher_journal_writes_total",
+                "Appends to the dispatcher's journal, by result (ok or error).",
+                &["result"],
+            )?,
+            scaling: std::sync::Mutex::new(Vec::new()),
             registry,
         })
     }
 
     /// Also reports what the autoscaler of `pipeline` does.
-    pub fn with_scaling(mut self, pipeline: &str, scaling: Scaling) -> Exposition {
-        self.scaling.push((pipeline.to_string(), scaling));
+    pub fn with_scaling(self, pipeline: &str, scaling: Scaling) -> Exposition {
+        self.track_scaling(pipeline, scaling);
         self
+    }
+
+    fn scalings(&self) -> std::sync::MutexGuard<'_, Vec<(String, Scaling)>> {
+        self.scaling.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reports what the autoscaler of `pipeline` does from now on (replacing an earlier one).
+    pub fn track_scaling(&self, pipeline: &str, scaling: Scaling) {
+        let mut all = self.scalings();
+        all.retain(|(p, _)| p != pipeline);
+        all.push((pipeline.to_string(), scaling));
+    }
+
+    /// Stops reporting the autoscaler of `pipeline` and drops its series.
+    pub fn untrack_scaling(&self, pipeline: &str) {
+        self.scalings().retain(|(p, _)| p != pipeline);
+        let _ = self.desired.remove_label_values(&[pipeline]);
     }
 
     /// The registry to serve.
@@ -132,10 +164,16 @@ impl Exposition {
 
     /// Reads the dispatcher's state into the gauges.
     pub fn refresh(&self, dispatcher: &Dispatcher) {
+        if let Some((ok, failed)) = dispatcher.journal_writes() {
+            for (result, total) in [("ok", ok), ("error", failed)] {
+                let counter = self.journal.with_label_values(&[result]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+        }
         for family in [&self.workers, &self.consumers, &self.epoch, &self.step, &self.wait, &self.rate] {
             family.reset();
         }
-        for (pipeline, scaling) in &self.scaling {
+        for (pipeline, scaling) in self.scalings().iter() {
             let report = scaling.report();
             self.desired.with_label_values(&[pipeline.as_str()]).set(f64::from(report.desired));
             for (direction, total) in [("up", report.scale_ups), ("down", report.scale_downs)] {
@@ -149,6 +187,13 @@ impl Exposition {
                 self.refresh_cache(p, &report);
             }
             self.workers.with_label_values(&[p]).set(dispatcher.workers(p).len() as f64);
+            let counts = dispatcher.split_counts(p);
+            for (event, total) in
+                [("leased", counts.leased), ("completed", counts.completed), ("requeued", counts.requeued)]
+            {
+                let counter = self.splits.with_label_values(&[p, event]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
             for job in dispatcher.progress(p) {
                 let labels = [p, job.job.as_str()];
                 self.consumers.with_label_values(&labels).set(f64::from(job.consumers));

@@ -17,4 +17,4 @@ pub use catalog::Catalog;
 pub use plan::Mode;
 pub use pool::{ProcessPool, WorkerPool};
 pub use service::{Dispatcher, DispatcherConfig, DispatcherError};
-pub use state::{CacheReport, EpochCache, JobProgress, MetricsSnapshot, Timing};
+pub use state::{CacheReport, EpochCache, JobProgress, MetricsSnapshot, SplitCounts, Timing};

@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     start: Instant,
     /// `DispatcherConfig::cache_max_bytes`.
     pub(crate) cache_max_bytes: Option<u64>,
+    /// Journal appends that succeeded and that failed.
+    journal_writes: [std::sync::atomic::AtomicU64; 2],
     /// Held by the eviction pass: one at a time.
     pub(crate) evicting: tokio::sync::Mutex<()>,
 }
@@ -86,6 +88,7 @@ impl Dispatcher {
                 catalog,
                 start: Instant::now(),
                 cache_max_bytes: config.cache_max_bytes,
+                journal_writes: Default::default(),
                 evicting: tokio::sync::Mutex::new(()),
             }),
         })
@@ -123,7 +126,10 @@ impl Dispatcher {
             return;
         }
         let mut journal = journal.lock().await;
-        if let Err(e) = journal.append(&events).await {
+        let appended = journal.append(&events).await;
+        let outcome = usize::from(appended.is_err());
+        self.inner.journal_writes[outcome].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = appended {
             tracing::error!("cannot journal dispatcher state: {e}");
             return;
         }
@@ -174,6 +180,18 @@ impl Dispatcher {
                 Ok(())
             })
             .await;
+    }
+
+    /// Journal appends so far: `(succeeded, failed)`; `None` without a journal.
+    pub fn journal_writes(&self) -> Option<(u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let [ok, failed] = &self.inner.journal_writes;
+        self.inner.journal.as_ref().map(|_| (ok.load(Relaxed), failed.load(Relaxed)))
+    }
+
+    /// Lease outcomes of `pipeline` since this dispatcher started.
+    pub fn split_counts(&self, pipeline: &str) -> crate::SplitCounts {
+        self.state().split_counts(pipeline)
     }
 
     /// Names of the registered pipelines.

@@ -30,6 +30,17 @@ fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
     assert_exactly_once(&c.seen, &data.keys, 1);
     let body = scrape(&dispatcher_metrics);
     assert!(body.contains("# TYPE granary_trainer_step_seconds gauge"), "{body}");
+    // Every split was leased and completed; the journal took every change.
+    let splits = |event: &str| {
+        sample(&body, &format!("granary_dispatcher_splits_total{{event=\"{event}\",pipeline=\"e2e\"}}"))
+            .unwrap_or_default()
+    };
+    assert!(splits("completed") >= 1.0 && splits("leased") >= splits("completed"), "{body}");
+    let journal = |result: &str| {
+        sample(&body, &format!("granary_dispatcher_journal_writes_total{{result=\"{result}\"}}"))
+            .unwrap_or_default()
+    };
+    assert!(journal("ok") >= 1.0 && journal("error") == 0.0, "{body}");
     // The worker refreshes its metrics with each heartbeat (every 500 ms).
     let mut worker = scrape(&worker_metrics);
     for _ in 0..50 {

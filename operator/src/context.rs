@@ -7,7 +7,9 @@ use crate::events::Notifier;
 use crate::pool::Sizing;
 use granary_dispatcher::Dispatcher;
 use granary_dispatcher::autoscaler::Scaling;
+use granary_dispatcher::exposition::Exposition;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -22,6 +24,8 @@ pub struct Context {
     pub config: OperatorConfig,
     /// Publishes Events.
     pub notifier: Notifier,
+    /// The metrics the autoscalers report through, when served.
+    pub exposition: Option<Arc<Exposition>>,
     tracked: Mutex<HashMap<String, Tracked>>,
 }
 
@@ -68,7 +72,19 @@ impl Context {
         config: OperatorConfig,
         notifier: Notifier,
     ) -> Context {
-        Context { client, dispatcher, config, notifier, tracked: Mutex::new(HashMap::new()) }
+        Context {
+            client,
+            dispatcher,
+            config,
+            notifier,
+            exposition: None,
+            tracked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reports each autoscaler's target and decisions through `exposition`.
+    pub fn with_exposition(self, exposition: Arc<Exposition>) -> Context {
+        Context { exposition: Some(exposition), ..self }
     }
 
     /// The remembered pipelines; never held across an await.
@@ -91,6 +107,9 @@ impl Context {
 
     /// Forgets `key`, stopping its autoscaler.
     pub fn forget(&self, key: &str) {
+        if let Some(exposition) = &self.exposition {
+            exposition.untrack_scaling(key);
+        }
         if let Some(mut t) = self.tracked().remove(key)
             && let Some(a) = t.autoscaler.take()
         {

@@ -41,7 +41,22 @@ pub async fn run(
         .owns(services, children())
         .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            {
+                let metrics = metrics.clone();
+                move |pipeline, ctx| {
+                    let metrics = metrics.clone();
+                    async move {
+                        let started = std::time::Instant::now();
+                        let result = reconcile(pipeline, ctx).await;
+                        metrics.timed(started.elapsed());
+                        result
+                    }
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| {
             match &result {
                 Ok((object, _)) => {

@@ -300,6 +300,9 @@ async fn size(
                 initial,
             );
             let scaling = autoscaler.scaling();
+            if let Some(exposition) = &ctx.exposition {
+                exposition.track_scaling(key, scaling.clone());
+            }
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             // The first evaluation waits a period: the workers just started, nothing is measured.
             tokio::spawn(async move {

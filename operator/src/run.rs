@@ -117,7 +117,7 @@ pub async fn run(
             .await?;
     let result = tokio::select! {
         elected = candidacy.elected() => match elected {
-            Ok(()) => lead(&options, client, catalog, listener, &ready, &metrics, &refreshed, &mut candidacy, stopped(stop_rx.clone())).await,
+            Ok(()) => lead(&options, client, catalog, listener, &exposition, &ready, &metrics, &refreshed, &mut candidacy, stopped(stop_rx.clone())).await,
             Err(e) => Err(e.into()),
         },
         () = stopped(stop_rx.clone()) => Ok(()),
@@ -136,6 +136,7 @@ async fn lead(
     client: kube::Client,
     catalog: Arc<dyn Catalog>,
     listener: tokio::net::TcpListener,
+    exposition: &Arc<Exposition>,
     ready: &AtomicBool,
     metrics: &OperatorMetrics,
     refreshed: &std::sync::Mutex<Option<Dispatcher>>,
@@ -155,7 +156,10 @@ async fn lead(
     metrics.leading(true);
 
     let notifier = Notifier::new(client.clone(), &options.identity);
-    let ctx = Arc::new(Context::new(client, dispatcher, options.config.clone(), notifier));
+    let ctx = Arc::new(
+        Context::new(client, dispatcher, options.config.clone(), notifier)
+            .with_exposition(exposition.clone()),
+    );
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(crate::controller::run(
         ctx.clone(),

@@ -228,6 +228,7 @@ impl State {
             None => (0, Vec::new(), 0),
         };
         let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
+        self.count_splits(pipeline, |c| c.leased += 1);
         self.leases.insert(
             id,
             LeaseEntry {
@@ -279,6 +280,9 @@ impl State {
             ),
         };
         self.cache_complete(&pipeline, task.as_ref(), req, replay.epoch, replay.split);
+        if self.pipelines.contains_key(&pipeline) {
+            self.count_splits(&pipeline, |c| c.completed += 1);
+        }
         let p = self.pipelines.get_mut(&pipeline).ok_or_else(|| {
             DispatchError::NotFound(format!(
                 "lease {} names pipeline `{pipeline}`, which is not registered",
@@ -339,6 +343,7 @@ impl State {
             w.leases.remove(&lease);
         }
         self.cache_release(&l.pipeline, l.cache.as_ref(), l.replay.split, lease);
+        self.count_splits(&l.pipeline, |c| c.requeued += 1);
         let Some(job) = self.pipelines.get_mut(&l.pipeline).and_then(|p| p.jobs.get_mut(&l.job)) else {
             return;
         };

@@ -196,6 +196,18 @@ pub struct JobProgress {
     pub batches_per_epoch: u64,
 }
 
+/// How many times a pipeline's splits were leased, completed, and put back in the queue (given
+/// back by a draining worker, or taken from a dead or late one), since this dispatcher started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitCounts {
+    /// Leases granted.
+    pub leased: u64,
+    /// Splits reported complete.
+    pub completed: u64,
+    /// Leases that ended without completion; their splits went back to the queue.
+    pub requeued: u64,
+}
+
 /// The whole dispatcher state.
 pub struct State {
     pub(crate) timing: Timing,
@@ -212,6 +224,8 @@ pub struct State {
     pub(crate) cache_entries: BTreeMap<cache::EntryKey, cache::EntryState>,
     /// Entries pipelines started reading, for the service to touch.
     pub(crate) cache_touches: Vec<cache::EntryKey>,
+    /// Lease outcomes per pipeline, for metrics (not journaled).
+    pub(crate) split_counts: BTreeMap<String, SplitCounts>,
 }
 
 impl State {
@@ -229,7 +243,17 @@ impl State {
             turn: 0,
             cache_entries: BTreeMap::new(),
             cache_touches: Vec::new(),
+            split_counts: BTreeMap::new(),
         }
+    }
+
+    /// Lease outcomes of `pipeline` since this dispatcher started.
+    pub fn split_counts(&self, pipeline: &str) -> SplitCounts {
+        self.split_counts.get(pipeline).copied().unwrap_or_default()
+    }
+
+    pub(crate) fn count_splits(&mut self, pipeline: &str, f: impl FnOnce(&mut SplitCounts)) {
+        f(self.split_counts.entry(pipeline.to_string()).or_default());
     }
 
     /// Liveness timing.
@@ -278,6 +302,7 @@ impl State {
 
     pub(crate) fn drop_pipeline(&mut self, name: &str) {
         self.pipelines.remove(name);
+        self.split_counts.remove(name);
         let ended: Vec<u64> =
             self.leases.iter().filter(|(_, l)| l.pipeline == name).map(|(id, _)| *id).collect();
         for id in ended {

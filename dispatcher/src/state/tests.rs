@@ -78,6 +78,25 @@ fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
 }
 
 #[test]
+fn lease_outcomes_are_counted_per_pipeline() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let a = s.lease(&w, 0).unwrap().unwrap();
+    let b = s.lease(&w, 0).unwrap().unwrap();
+    complete(&mut s, &a);
+    s.give_back(&w, b.lease_id).unwrap();
+    assert_eq!(s.split_counts("p"), SplitCounts { leased: 2, completed: 1, requeued: 1 });
+    // A silent worker's lease comes back too.
+    let c = s.lease(&w, 0).unwrap().unwrap();
+    s.expire(Timing::default().lease_ms + 1);
+    assert!(!s.leases.contains_key(&c.lease_id));
+    assert_eq!(s.split_counts("p"), SplitCounts { leased: 3, completed: 1, requeued: 2 });
+    assert_eq!(s.split_counts("unknown"), SplitCounts::default());
+}
+
+#[test]
 fn a_dead_workers_leases_come_back_first() {
     let mut s = State::new(Timing::default(), 1);
     s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();

@@ -36,7 +36,16 @@ async fn context(client: kube::Client, reachable: bool) -> Arc<Context> {
         policy_period: Duration::from_secs(3600),
         status_period: Duration::from_secs(10),
     };
-    Arc::new(Context::new(client.clone(), dispatcher, config, Notifier::new(client, "operator-0")))
+    let exposition = Arc::new(granary_dispatcher::exposition::Exposition::new().unwrap());
+    let ctx = Context::new(client.clone(), dispatcher, config, Notifier::new(client, "operator-0"));
+    Arc::new(ctx.with_exposition(exposition))
+}
+
+/// The operator's metrics as scraped now.
+fn scrape(ctx: &Context) -> String {
+    let exposition = ctx.exposition.as_ref().unwrap();
+    exposition.refresh(&ctx.dispatcher);
+    granary_telemetry::render(&exposition.registry())
 }
 
 /// Pipeline `ns/p` with the finalizer, at `generation`, with `spec` merged into the fixture's.
@@ -252,6 +261,8 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     server.expect("PATCH", &format!("{PIPELINES}/p/status"), status_reply(&object)).await;
     task.await.unwrap().unwrap();
     assert!(ctx.tracked().get("ns/p").is_some_and(|t| t.autoscaler.is_some()));
+    let metrics = scrape(&ctx);
+    assert!(metrics.contains("granary_workers_desired{pipeline=\"ns/p\"} 1"), "{metrics}");
 
     let mut deleting = serde_json::to_value(&object).unwrap();
     deleting["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:00Z");
@@ -265,6 +276,7 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     task.await.unwrap().unwrap();
     assert!(ctx.dispatcher.pipelines().is_empty());
     assert!(ctx.tracked().get("ns/p").is_none(), "the autoscaler stopped with it");
+    assert!(!scrape(&ctx).contains("granary_workers_desired{pipeline=\"ns/p\"}"), "its series went too");
     server.check_rbac();
 }
 
