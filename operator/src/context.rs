@@ -64,6 +64,13 @@ pub struct AutoscalerHandle {
     pub scaling: Scaling,
 }
 
+impl AutoscalerHandle {
+    /// Stops the autoscaler (nothing happens when it already ended).
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+    }
+}
+
 impl Context {
     /// A context for the given parts.
     pub fn new(
@@ -98,7 +105,7 @@ impl Context {
         let entry = tracked.entry(key.to_string()).or_default();
         if entry.uid != uid {
             if let Some(old) = entry.autoscaler.take() {
-                let _ = old.stop.send(());
+                old.stop();
             }
             *entry = Tracked { uid: uid.to_string(), ..Tracked::default() };
         }
@@ -107,13 +114,18 @@ impl Context {
 
     /// Forgets `key`, stopping its autoscaler.
     pub fn forget(&self, key: &str) {
+        self.stop_autoscaler(key);
+        self.tracked().remove(key);
+    }
+
+    /// Stops the autoscaler of `key`, if one runs, and drops its metrics.
+    pub fn stop_autoscaler(&self, key: &str) {
         if let Some(exposition) = &self.exposition {
             exposition.untrack_scaling(key);
         }
-        if let Some(mut t) = self.tracked().remove(key)
-            && let Some(a) = t.autoscaler.take()
-        {
-            let _ = a.stop.send(());
+        let running = self.tracked().get_mut(key).and_then(|t| t.autoscaler.take());
+        if let Some(a) = running {
+            a.stop();
         }
     }
 
@@ -121,7 +133,7 @@ impl Context {
     pub fn stop_all(&self) {
         for t in self.tracked().values_mut() {
             if let Some(a) = t.autoscaler.take() {
-                let _ = a.stop.send(());
+                a.stop();
             }
         }
     }

@@ -88,7 +88,7 @@ impl Notifier {
     }
 
     /// The Event for `note` about `regarding` at `now`.
-    pub fn event(&self, regarding: &ObjectReference, note: Note, now: Timestamp) -> K8sEvent {
+    fn event(&self, regarding: &ObjectReference, note: Note, now: Timestamp) -> K8sEvent {
         let mut text = note.text;
         if text.len() > MAX_NOTE {
             let mut cut = MAX_NOTE - 3;

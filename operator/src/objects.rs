@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     SecretEnvSource, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
     VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use std::collections::BTreeMap;
@@ -83,11 +83,6 @@ fn metadata(pipeline: &InputPipeline, name: &str) -> ObjectMeta {
         owner_references: pipeline.controller_owner_ref(&()).map(|owner| vec![owner]),
         ..ObjectMeta::default()
     }
-}
-
-/// The owner reference children carry, for tests and checks.
-pub fn owner(pipeline: &InputPipeline) -> Option<OwnerReference> {
-    pipeline.controller_owner_ref(&())
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {

@@ -73,15 +73,13 @@ impl KubernetesPool {
             .map_err(|e| PoolError(format!("cannot scale Deployment `{}` to {n}: {e}", self.name)))
     }
 
-    /// The Deployment's `spec.replicas` and `status.replicas` (pods that exist).
-    pub async fn counts(&self) -> Result<(Option<u32>, u32), PoolError> {
+    /// The Deployment's `status.replicas`: worker pods that exist.
+    pub async fn running(&self) -> Result<u32, PoolError> {
         let scale =
             self.deployments.get_scale(&self.name).await.map_err(|e| {
                 PoolError(format!("cannot read the scale of Deployment `{}`: {e}", self.name))
             })?;
-        let desired = scale.spec.and_then(|s| s.replicas).map(|n| n.max(0) as u32);
-        let running = scale.status.map_or(0, |s| s.replicas.max(0) as u32);
-        Ok((desired, running))
+        Ok(scale.status.map_or(0, |s| s.replicas.max(0) as u32))
     }
 }
 
@@ -95,7 +93,7 @@ impl WorkerPool for KubernetesPool {
     }
 
     fn current(&mut self) -> PoolFuture<'_, u32> {
-        Box::pin(async move { self.counts().await.map(|(_, running)| running) })
+        Box::pin(async move { self.running().await })
     }
 }
 

@@ -262,12 +262,8 @@ async fn size(
                 );
                 ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
             }
-            ctx.with(key, uid, |t| {
-                if let Some(a) = t.autoscaler.take() {
-                    let _ = a.stop.send(());
-                }
-                t.sizing = Some(wanted.clone());
-            });
+            ctx.stop_autoscaler(key);
+            ctx.with(key, uid, |t| t.sizing = Some(wanted.clone()));
             Ok(*n)
         }
         Sizing::Auto(bounds) => {
@@ -316,7 +312,7 @@ async fn size(
             });
             ctx.with(key, uid, |t| {
                 if let Some(old) = t.autoscaler.replace(AutoscalerHandle { stop, scaling }) {
-                    let _ = old.stop.send(());
+                    old.stop();
                 }
                 t.sizing = Some(wanted.clone());
             });

@@ -253,7 +253,10 @@ impl State {
     }
 
     pub(crate) fn count_splits(&mut self, pipeline: &str, f: impl FnOnce(&mut SplitCounts)) {
-        f(self.split_counts.entry(pipeline.to_string()).or_default());
+        match self.split_counts.get_mut(pipeline) {
+            Some(counts) => f(counts),
+            None => f(self.split_counts.entry(pipeline.to_string()).or_default()),
+        }
     }
 
     /// Liveness timing.
