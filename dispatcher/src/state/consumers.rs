@@ -231,10 +231,15 @@ impl State {
         if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
             c.last_seen = now;
             c.gone = false;
-            c.epoch = req.epoch;
-            c.delivered = req.delivered;
-            c.finished = req.finished;
-            c.metrics = req.metrics;
+            // A session's heartbeats travel on separate calls and can arrive out of order; one
+            // that is behind what this session already reported must not move it back (a late
+            // epoch-start heartbeat would otherwise undo `finished`).
+            if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
+                c.epoch = req.epoch;
+                c.delivered = req.delivered;
+                c.finished = req.finished;
+                c.metrics = req.metrics;
+            }
         }
         // Epochs every consumer is past are no longer needed.
         let slowest = job.slowest_epoch(epochs);

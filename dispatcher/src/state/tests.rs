@@ -147,6 +147,32 @@ fn resume_replays_produced_splits_for_that_consumer_only() {
 }
 
 #[test]
+fn a_late_heartbeat_does_not_move_a_consumer_back() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 2], 5, 2)).unwrap();
+    let session = client(&mut s, 0, 1, 0);
+    let beat = |epoch, delivered, finished| pb::ClientHeartbeatRequest {
+        client_id: session.client_id.clone(),
+        pipeline: "p".into(),
+        job: "p".into(),
+        epoch,
+        delivered,
+        finished,
+        ..Default::default()
+    };
+    let seen = |s: &State| {
+        let c = &s.pipelines["p"].jobs["p"].consumers[&0];
+        (c.epoch, c.delivered, c.finished, c.last_seen)
+    };
+    s.client_heartbeat(&beat(1, 4, true), 10).unwrap();
+    // The epoch-start heartbeat of epoch 1, sent before, arrives after.
+    s.client_heartbeat(&beat(1, 0, false), 11).unwrap();
+    assert_eq!(seen(&s), (1, 4, true, 11));
+    s.client_heartbeat(&beat(0, 4, false), 12).unwrap();
+    assert_eq!(seen(&s), (1, 4, true, 12));
+}
+
+#[test]
 fn refusals_say_what_is_wrong() {
     let mut s = State::new(Timing::default(), 1);
     let req = pb::RegisterClientRequest { pipeline: "nope".into(), ..Default::default() };
