@@ -2,9 +2,41 @@
 
 use std::time::{Duration, Instant};
 
-use granary_proto::v1::ClientMetrics;
+use granary_proto::TRAINER_SECONDS_BUCKETS;
+use granary_proto::v1::{ClientMetrics, LatencyHistogram};
 
-/// Step and wait times since the last report.
+/// A cumulative histogram over [`TRAINER_SECONDS_BUCKETS`].
+#[derive(Debug, Clone)]
+struct Histogram {
+    counts: [u64; TRAINER_SECONDS_BUCKETS.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram { counts: [0; TRAINER_SECONDS_BUCKETS.len() + 1], sum: 0.0, count: 0 }
+    }
+
+    fn observe(&mut self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        let bucket = TRAINER_SECONDS_BUCKETS.partition_point(|&bound| bound < seconds);
+        self.counts[bucket] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn message(&self) -> LatencyHistogram {
+        LatencyHistogram {
+            bounds: TRAINER_SECONDS_BUCKETS.to_vec(),
+            counts: self.counts.to_vec(),
+            sum: self.sum,
+            count: self.count,
+        }
+    }
+}
+
+/// Step and wait times since the last report, and their histograms since the session started.
 #[derive(Debug, Clone)]
 pub(crate) struct StepMetrics {
     since: Instant,
@@ -13,6 +45,8 @@ pub(crate) struct StepMetrics {
     step_total: Duration,
     wait_total: Duration,
     total: u64,
+    step_histogram: Histogram,
+    wait_histogram: Histogram,
 }
 
 impl StepMetrics {
@@ -25,6 +59,8 @@ impl StepMetrics {
             step_total: Duration::ZERO,
             wait_total: Duration::ZERO,
             total: 0,
+            step_histogram: Histogram::new(),
+            wait_histogram: Histogram::new(),
         }
     }
 
@@ -34,9 +70,11 @@ impl StepMetrics {
         self.batches += 1;
         self.total += 1;
         self.wait_total += wait;
+        self.wait_histogram.observe(wait);
         if let Some(step) = step {
             self.steps += 1;
             self.step_total += step;
+            self.step_histogram.observe(step);
         }
     }
 
@@ -51,8 +89,14 @@ impl StepMetrics {
             buffered_batches: buffered,
             batches_total: self.total,
             batches_per_second: if elapsed > 0.0 { self.batches as f64 / elapsed } else { 0.0 },
+            step_histogram: Some(self.step_histogram.message()),
+            wait_histogram: Some(self.wait_histogram.message()),
         };
-        *self = StepMetrics { total: self.total, ..StepMetrics::new(now) };
+        self.since = now;
+        self.batches = 0;
+        self.steps = 0;
+        self.step_total = Duration::ZERO;
+        self.wait_total = Duration::ZERO;
         metrics
     }
 }
@@ -77,5 +121,28 @@ mod tests {
         let report = metrics.report(start + Duration::from_secs(3), 0);
         assert_eq!((report.step_seconds, report.wait_seconds, report.batches_per_second), (0.0, 0.0, 0.0));
         assert_eq!(report.batches_total, 3);
+    }
+
+    #[test]
+    fn histograms_accumulate_over_the_session() {
+        let start = Instant::now();
+        let mut metrics = StepMetrics::new(start);
+        metrics.record(None, Duration::from_micros(100));
+        metrics.record(Some(Duration::from_millis(100)), Duration::from_millis(3));
+        metrics.report(start + Duration::from_secs(1), 0);
+        metrics.record(Some(Duration::from_secs(20)), Duration::from_millis(100));
+        let report = metrics.report(start + Duration::from_secs(2), 0);
+        let wait = report.wait_histogram.unwrap();
+        assert_eq!(wait.bounds, TRAINER_SECONDS_BUCKETS.to_vec());
+        assert_eq!(wait.count, 3);
+        // 100 µs in the first bucket; 3 ms in (2.5 ms, 5 ms]; 100 ms on the bound of its bucket.
+        let mut expected = vec![0; TRAINER_SECONDS_BUCKETS.len() + 1];
+        expected[0] = 1;
+        expected[3] = 1;
+        expected[7] = 1;
+        assert_eq!(wait.counts, expected);
+        assert!((wait.sum - 0.1031).abs() < 1e-9);
+        let step = report.step_histogram.unwrap();
+        assert_eq!((step.count, step.counts[7], step.counts[TRAINER_SECONDS_BUCKETS.len()]), (2, 1, 1));
     }
 }

@@ -1,119 +1,172 @@
-//! The dispatcher's Prometheus metrics (`granary run --metrics-addr`): per pipeline the workers
-//! registered, and per job its consumers, epoch and the trainers' step and wait times, read from
-//! the live state at each scrape; with an autoscaler, the workers it wants and its decisions;
-//! for caching pipelines, what the cache read, wrote and recomputed.
+//! The dispatcher's Prometheus metrics (`granary run --metrics-addr`, and the operator's metrics
+//! port), rebuilt from the live state at each scrape. Per pipeline (`namespace`, `pipeline`):
+//! the workers ready, desired, registered and lost; lease outcomes; the cache's state, bytes and
+//! splits by outcome; per trainer job (`trainer_job`): consumers, epoch, batches delivered and
+//! demanded, buffered batches, and histograms of the trainers' step and wait times.
 
 use crate::autoscaler::Scaling;
 use crate::service::Dispatcher;
-use granary_telemetry::prometheus::{GaugeVec, IntCounter, IntCounterVec, Opts, Registry};
+use granary_proto::TRAINER_SECONDS_BUCKETS;
+use granary_telemetry::prometheus::{Error, GaugeVec, IntCounter, IntCounterVec, Opts, Registry};
+use granary_telemetry::{CumulativeHistogramVec, pipeline_labels};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-fn counters(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntCounterVec, granary_telemetry::prometheus::Error> {
-    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
+const PIPELINE: [&str; 2] = ["namespace", "pipeline"];
+const JOB: [&str; 3] = ["namespace", "pipeline", "trainer_job"];
+
+/// How a pipeline's worker count is set.
+#[derive(Clone)]
+enum Sizing {
+    Auto(Scaling),
+    Fixed(u32),
 }
 
 /// The dispatcher's metrics in a registry of their own.
 pub struct Exposition {
     registry: Registry,
-    workers: GaugeVec,
-    consumers: GaugeVec,
-    epoch: GaugeVec,
-    step: GaugeVec,
-    wait: GaugeVec,
-    rate: GaugeVec,
+    ready: GaugeVec,
     desired: GaugeVec,
     decisions: IntCounterVec,
+    registrations: IntCounterVec,
+    lost: IntCounterVec,
+    consumers: GaugeVec,
+    epoch: GaugeVec,
+    batches: IntCounterVec,
+    demand: GaugeVec,
+    buffered: GaugeVec,
+    step: CumulativeHistogramVec,
+    wait: CumulativeHistogramVec,
+    cache_state: GaugeVec,
     cache_bytes: IntCounterVec,
     cache_splits: IntCounterVec,
     cache_recomputed: IntCounterVec,
     splits: IntCounterVec,
     journal: IntCounterVec,
-    scaling: std::sync::Mutex<Vec<(String, Scaling)>>,
+    sizing: Mutex<BTreeMap<String, Sizing>>,
+}
+
+/// Sets a counter, reset by `refresh`, to a running total the dispatcher keeps.
+fn set_total(counter: IntCounter, total: u64) {
+    counter.inc_by(total);
 }
 
 impl Exposition {
-    /// Registers every metric.
-    pub fn new() -> Result<Exposition, granary_telemetry::prometheus::Error> {
-        let registry = Registry::new();
-        let vec = |name: &str, help: &str, labels: &[&str]| {
+    /// Registers every metric, and the `process_*` metrics of this process.
+    pub fn new() -> Result<Exposition, Error> {
+        let registry = granary_telemetry::registry();
+        let gauges = |name: &str, help: &str, labels: &[&str]| {
             let g = GaugeVec::new(Opts::new(name, help), labels)?;
             registry.register(Box::new(g.clone()))?;
-            Ok::<_, granary_telemetry::prometheus::Error>(g)
+            Ok::<_, Error>(g)
         };
-        let job = ["pipeline", "job"];
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, Error>(c)
+        };
+        let histogram = |name: &str, help: &str| {
+            let h = CumulativeHistogramVec::new(name, help, &JOB, &TRAINER_SECONDS_BUCKETS)?;
+            registry.register(Box::new(h.clone()))?;
+            Ok::<_, Error>(h)
+        };
         Ok(Exposition {
-            workers: vec(
-                "granary_dispatcher_workers",
-                "Workers registered for the pipeline.",
-                &["pipeline"],
+            ready: gauges(
+                "granary_workers_ready",
+                "Workers registered for the pipeline and heartbeating.",
+                &PIPELINE,
             )?,
-            consumers: vec("granary_dispatcher_consumers", "Consumers registered in the job.", &job)?,
-            epoch: vec("granary_dispatcher_job_epoch", "Epoch of the job's slowest consumer.", &job)?,
-            step: vec(
-                "granary_trainer_step_seconds",
-                "Mean seconds a trainer step takes outside the client (waiting excluded), job mean.",
-                &job,
-            )?,
-            wait: vec(
-                "granary_trainer_wait_seconds",
-                "Mean seconds a trainer waits for each batch, job mean.",
-                &job,
-            )?,
-            rate: vec(
-                "granary_trainer_batches_per_second",
-                "Batches the job's consumers take per second, all together.",
-                &job,
-            )?,
-            desired: vec(
+            desired: gauges(
                 "granary_workers_desired",
-                "Workers the autoscaler wants for the pipeline.",
-                &["pipeline"],
+                "Workers the pipeline should have: the autoscaler's target, or the fixed count.",
+                &PIPELINE,
             )?,
             decisions: counters(
-                &registry,
                 "granary_autoscaler_decisions_total",
-                "Changes of the target worker count.",
-                &["pipeline", "direction"],
+                "Changes of the autoscaler's target worker count, by direction (up or down).",
+                &["namespace", "pipeline", "direction"],
+            )?,
+            registrations: counters(
+                "granary_dispatcher_worker_registrations_total",
+                "Worker registrations: a worker starting, or registering again after a dispatcher restart.",
+                &PIPELINE,
+            )?,
+            lost: counters(
+                "granary_dispatcher_workers_lost_total",
+                "Workers dropped after missing their heartbeats (crashed, killed or cut off); their splits \
+                 went to other workers.",
+                &PIPELINE,
+            )?,
+            consumers: gauges(
+                "granary_dispatcher_consumers",
+                "Consumers registered in the trainer job.",
+                &JOB,
+            )?,
+            epoch: gauges(
+                "granary_dispatcher_job_epoch",
+                "Epoch of the trainer job's slowest consumer.",
+                &JOB,
+            )?,
+            batches: counters(
+                "granary_trainer_batches_total",
+                "Batches delivered to the job's trainers.",
+                &JOB,
+            )?,
+            demand: gauges(
+                "granary_trainer_demand_batches_per_second",
+                "Batches per second the job's trainers would take if they never waited: the sum over \
+                 consumers of one over the mean step time, last heartbeat interval.",
+                &JOB,
+            )?,
+            buffered: gauges(
+                "granary_trainer_buffered_batches",
+                "Complete batches buffered in the job's clients, ready for the trainers.",
+                &JOB,
+            )?,
+            step: histogram(
+                "granary_trainer_step_seconds",
+                "Seconds a trainer step takes outside the client (between one batch and the next \
+                 request), as the clients measure it.",
+            )?,
+            wait: histogram(
+                "granary_trainer_wait_seconds",
+                "Seconds a trainer waits inside the client for each batch.",
+            )?,
+            cache_state: gauges(
+                "granary_cache_state",
+                "1 for what the pipeline's cache does now (off, profiling, compute, writing, reading), \
+                 0 for the other states.",
+                &["namespace", "pipeline", "state"],
             )?,
             cache_bytes: counters(
-                &registry,
                 "granary_cache_bytes_total",
-                "Cache entry bytes (as stored) read or written for the pipeline.",
-                &["pipeline", "direction"],
+                "Cache entry bytes (as stored) read or written for the pipeline, by direction.",
+                &["namespace", "pipeline", "direction"],
             )?,
             cache_splits: counters(
-                &registry,
                 "granary_cache_splits_total",
-                "Splits produced, by what the cache did: read, written, computed, or bad (an entry that \
-                 failed verification and was recomputed).",
-                &["pipeline", "outcome"],
+                "Splits produced, by what the cache did: read (a hit), written (computed and written), \
+                 computed (without the cache), or fallback (the read failed on a bad entry or the \
+                 store, and the split was recomputed from the source).",
+                &["namespace", "pipeline", "outcome"],
             )?,
             cache_recomputed: counters(
-                &registry,
                 "granary_cache_recomputed_elements_total",
                 "Elements computed from the source after a cache read failed.",
-                &["pipeline"],
+                &PIPELINE,
             )?,
             splits: counters(
-                &registry,
                 "granary_dispatcher_splits_total",
                 "Split leases by what became of them: leased, completed, or requeued (given back by a \
                  draining worker, or taken from a dead or late one and handed out again).",
-                &["pipeline", "event"],
+                &["namespace", "pipeline", "event"],
             )?,
             journal: counters(
-                &registry,
                 "granary_dispatcher_journal_writes_total",
                 "Appends to the dispatcher's journal, by result (ok or error).",
                 &["result"],
             )?,
-            scaling: std::sync::Mutex::new(Vec::new()),
+            sizing: Mutex::new(BTreeMap::new()),
             registry,
         })
     }
@@ -124,21 +177,23 @@ impl Exposition {
         self
     }
 
-    fn scalings(&self) -> std::sync::MutexGuard<'_, Vec<(String, Scaling)>> {
-        self.scaling.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn sizing(&self) -> MutexGuard<'_, BTreeMap<String, Sizing>> {
+        self.sizing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reports what the autoscaler of `pipeline` does from now on (replacing an earlier one).
+    /// Reports what the autoscaler of `pipeline` does from now on (replacing earlier sizing).
     pub fn track_scaling(&self, pipeline: &str, scaling: Scaling) {
-        let mut all = self.scalings();
-        all.retain(|(p, _)| p != pipeline);
-        all.push((pipeline.to_string(), scaling));
+        self.sizing().insert(pipeline.to_string(), Sizing::Auto(scaling));
     }
 
-    /// Stops reporting the autoscaler of `pipeline` and drops its series.
+    /// Reports a fixed worker count for `pipeline` from now on (replacing earlier sizing).
+    pub fn track_fixed(&self, pipeline: &str, workers: u32) {
+        self.sizing().insert(pipeline.to_string(), Sizing::Fixed(workers));
+    }
+
+    /// Stops reporting how `pipeline` is sized.
     pub fn untrack_scaling(&self, pipeline: &str) {
-        self.scalings().retain(|(p, _)| p != pipeline);
-        let _ = self.desired.remove_label_values(&[pipeline]);
+        self.sizing().remove(pipeline);
     }
 
     /// The registry to serve.
@@ -146,75 +201,126 @@ impl Exposition {
         self.registry.clone()
     }
 
-    fn refresh_cache(&self, pipeline: &str, report: &crate::CacheReport) {
-        let sum = |f: fn(&crate::EpochCache) -> u64| report.epochs.iter().map(f).sum::<u64>();
-        let set = |counter: IntCounter, total: u64| counter.inc_by(total.saturating_sub(counter.get()));
-        set(self.cache_bytes.with_label_values(&[pipeline, "read"]), sum(|e| e.bytes_read));
-        set(self.cache_bytes.with_label_values(&[pipeline, "written"]), sum(|e| e.bytes_written));
-        for (outcome, total) in [
-            ("read", sum(|e| e.splits_read)),
-            ("written", sum(|e| e.splits_written)),
-            ("computed", sum(|e| e.splits_computed)),
-            ("bad", sum(|e| e.splits_bad)),
-        ] {
-            set(self.cache_splits.with_label_values(&[pipeline, outcome]), total);
-        }
-        set(self.cache_recomputed.with_label_values(&[pipeline]), sum(|e| e.recomputed));
-    }
-
-    /// Reads the dispatcher's state into the gauges.
+    /// Rebuilds every series from the dispatcher's state (counters from the totals it keeps), so
+    /// pipelines and jobs that are gone lose their series. The metrics server runs this and the
+    /// rendering under one lock, so a scrape never sees a half-built registry.
     pub fn refresh(&self, dispatcher: &Dispatcher) {
-        if let Some((ok, failed)) = dispatcher.journal_writes() {
-            for (result, total) in [("ok", ok), ("error", failed)] {
-                let counter = self.journal.with_label_values(&[result]);
-                counter.inc_by(total.saturating_sub(counter.get()));
-            }
-        }
-        for family in [&self.workers, &self.consumers, &self.epoch, &self.step, &self.wait, &self.rate] {
+        for family in [
+            &self.ready,
+            &self.desired,
+            &self.consumers,
+            &self.epoch,
+            &self.demand,
+            &self.buffered,
+            &self.cache_state,
+        ] {
             family.reset();
         }
-        for (pipeline, scaling) in self.scalings().iter() {
-            let report = scaling.report();
-            self.desired.with_label_values(&[pipeline.as_str()]).set(f64::from(report.desired));
-            for (direction, total) in [("up", report.scale_ups), ("down", report.scale_downs)] {
-                let counter = self.decisions.with_label_values(&[pipeline.as_str(), direction]);
-                counter.inc_by(total.saturating_sub(counter.get()));
+        for family in [
+            &self.decisions,
+            &self.registrations,
+            &self.lost,
+            &self.batches,
+            &self.cache_bytes,
+            &self.cache_splits,
+            &self.cache_recomputed,
+            &self.splits,
+            &self.journal,
+        ] {
+            family.reset();
+        }
+        self.step.retain(|_| false);
+        self.wait.retain(|_| false);
+        if let Some((ok, failed)) = dispatcher.journal_writes() {
+            set_total(self.journal.with_label_values(&["ok"]), ok);
+            set_total(self.journal.with_label_values(&["error"]), failed);
+        }
+        let pipelines = dispatcher.pipelines();
+        let sizing = self.sizing().clone();
+        for (pipeline, sizing) in &sizing {
+            let (namespace, name) = pipeline_labels(pipeline);
+            match sizing {
+                Sizing::Fixed(n) => self.desired.with_label_values(&[namespace, name]).set(f64::from(*n)),
+                Sizing::Auto(scaling) => {
+                    let report = scaling.report();
+                    self.desired.with_label_values(&[namespace, name]).set(f64::from(report.desired));
+                    for (direction, total) in [("up", report.scale_ups), ("down", report.scale_downs)] {
+                        set_total(self.decisions.with_label_values(&[namespace, name, direction]), total);
+                    }
+                }
             }
         }
-        for pipeline in dispatcher.pipelines() {
-            let p = pipeline.as_str();
-            if let Some(report) = dispatcher.cache_report(p) {
-                self.refresh_cache(p, &report);
-            }
-            self.workers.with_label_values(&[p]).set(dispatcher.workers(p).len() as f64);
-            let counts = dispatcher.split_counts(p);
-            for (event, total) in
-                [("leased", counts.leased), ("completed", counts.completed), ("requeued", counts.requeued)]
-            {
-                let counter = self.splits.with_label_values(&[p, event]);
-                counter.inc_by(total.saturating_sub(counter.get()));
-            }
-            for job in dispatcher.progress(p) {
-                let labels = [p, job.job.as_str()];
-                self.consumers.with_label_values(&labels).set(f64::from(job.consumers));
-                self.epoch.with_label_values(&labels).set(f64::from(job.epoch));
-            }
-            let snapshot = dispatcher.snapshot(p);
-            let mut jobs: std::collections::BTreeMap<&str, (f64, f64, f64, u32)> = Default::default();
-            for (job, _, m) in &snapshot.consumers {
-                let entry = jobs.entry(job.as_str()).or_default();
-                entry.0 += m.step_seconds;
-                entry.1 += m.wait_seconds;
-                entry.2 += m.batches_per_second;
-                entry.3 += 1;
-            }
-            for (job, (step, wait, rate, n)) in jobs {
-                let labels = [p, job];
-                let n = f64::from(n.max(1));
-                self.step.with_label_values(&labels).set(step / n);
-                self.wait.with_label_values(&labels).set(wait / n);
-                self.rate.with_label_values(&labels).set(rate);
-            }
+        for pipeline in &pipelines {
+            self.refresh_pipeline(dispatcher, pipeline);
         }
+    }
+
+    fn refresh_pipeline(&self, dispatcher: &Dispatcher, pipeline: &str) {
+        let (namespace, name) = pipeline_labels(pipeline);
+        let labels = [namespace, name];
+        self.ready.with_label_values(&labels).set(dispatcher.workers(pipeline).len() as f64);
+        let workers = dispatcher.worker_counts(pipeline);
+        set_total(self.registrations.with_label_values(&labels), workers.registrations);
+        set_total(self.lost.with_label_values(&labels), workers.lost);
+        let counts = dispatcher.split_counts(pipeline);
+        for (event, total) in
+            [("leased", counts.leased), ("completed", counts.completed), ("requeued", counts.requeued)]
+        {
+            set_total(self.splits.with_label_values(&[namespace, name, event]), total);
+        }
+        if let Some(report) = dispatcher.cache_report(pipeline) {
+            self.refresh_cache(&labels, &report);
+        }
+        for job in dispatcher.progress(pipeline) {
+            let labels = [namespace, name, job.job.as_str()];
+            self.consumers.with_label_values(&labels).set(f64::from(job.consumers));
+            self.epoch.with_label_values(&labels).set(f64::from(job.epoch));
+        }
+        for (job, totals) in dispatcher.trainer_totals(pipeline) {
+            let labels = [namespace, name, job.as_str()];
+            set_total(self.batches.with_label_values(&labels), totals.batches);
+            self.step.add(&labels, &totals.step.counts, totals.step.sum);
+            self.wait.add(&labels, &totals.wait.counts, totals.wait.sum);
+        }
+        let mut jobs: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
+        let snapshot = dispatcher.snapshot(pipeline);
+        for (job, _, m) in &snapshot.consumers {
+            let entry = jobs.entry(job.as_str()).or_default();
+            if m.step_seconds > 0.0 {
+                entry.0 += 1.0 / m.step_seconds;
+            }
+            entry.1 += m.buffered_batches;
+        }
+        for (job, (demand, buffered)) in jobs {
+            let labels = [namespace, name, job];
+            self.demand.with_label_values(&labels).set(demand);
+            self.buffered.with_label_values(&labels).set(f64::from(buffered));
+        }
+    }
+
+    fn refresh_cache(&self, labels: &[&str; 2], report: &crate::CacheReport) {
+        let [namespace, name] = *labels;
+        let state = report.state();
+        for s in crate::CACHE_STATES {
+            self.cache_state.with_label_values(&[namespace, name, s]).set(if s == state { 1.0 } else { 0.0 });
+        }
+        if report.store.is_none() {
+            return;
+        }
+        let sum = |f: fn(&crate::EpochCache) -> u64| report.epochs.iter().map(f).sum::<u64>();
+        set_total(self.cache_bytes.with_label_values(&[namespace, name, "read"]), sum(|e| e.bytes_read));
+        set_total(
+            self.cache_bytes.with_label_values(&[namespace, name, "written"]),
+            sum(|e| e.bytes_written),
+        );
+        for (outcome, total) in [
+            ("read", sum(|e| e.splits_read - e.splits_read_failed)),
+            ("written", sum(|e| e.splits_written)),
+            ("computed", sum(|e| e.splits_computed)),
+            ("fallback", report.fallbacks()),
+        ] {
+            set_total(self.cache_splits.with_label_values(&[namespace, name, outcome]), total);
+        }
+        set_total(self.cache_recomputed.with_label_values(labels), sum(|e| e.recomputed));
     }
 }

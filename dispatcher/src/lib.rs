@@ -17,4 +17,7 @@ pub use catalog::Catalog;
 pub use plan::Mode;
 pub use pool::{ProcessPool, WorkerPool};
 pub use service::{Dispatcher, DispatcherConfig, DispatcherError};
-pub use state::{CacheReport, EpochCache, JobProgress, MetricsSnapshot, SplitCounts, Timing};
+pub use state::{
+    BucketTotals, CACHE_STATES, CacheReport, EpochCache, JobProgress, MetricsSnapshot, SplitCounts, Timing,
+    TrainerTotals, WorkerCounts,
+};

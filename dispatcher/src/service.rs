@@ -194,6 +194,21 @@ impl Dispatcher {
         self.state().split_counts(pipeline)
     }
 
+    /// Worker registrations and losses of `pipeline` since this dispatcher started.
+    pub fn worker_counts(&self, pipeline: &str) -> crate::WorkerCounts {
+        self.state().worker_counts(pipeline)
+    }
+
+    /// What the trainers of each job of `pipeline` reported: `(job, totals)`.
+    pub fn trainer_totals(&self, pipeline: &str) -> Vec<(String, crate::TrainerTotals)> {
+        self.state().trainer_totals(pipeline)
+    }
+
+    /// The metrics endpoints (`host:port`) of the registered workers, for service discovery.
+    pub fn metrics_targets(&self) -> Vec<String> {
+        self.state().metrics_targets()
+    }
+
     /// Names of the registered pipelines.
     pub fn pipelines(&self) -> Vec<String> {
         self.state().pipeline_names()

@@ -307,10 +307,15 @@ pub fn free_port() -> u16 {
 
 /// `GET /metrics` from `addr`: the body, in the Prometheus text format.
 pub fn scrape(addr: &str) -> String {
+    get(addr, "/metrics")
+}
+
+/// The body of `GET path` from the HTTP server at `addr`, which must answer 200.
+pub fn get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("the metrics endpoint accepts");
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
@@ -320,4 +325,19 @@ pub fn scrape(addr: &str) -> String {
 /// The value of the sample `name{labels}` (exactly as written) in a scrape, if present.
 pub fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The value of the first series of `name` (in the text format `body`) that has every label of
+/// `labels`, whatever its other labels.
+pub fn sample_with(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    body.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let (set, value) = match rest.strip_prefix('{') {
+            Some(rest) => rest.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        let pairs: Vec<&str> = if set.is_empty() { Vec::new() } else { set.split(',').collect() };
+        let all = labels.iter().all(|(k, v)| pairs.contains(&format!("{k}=\"{v}\"").as_str()));
+        if all { value.trim().parse().ok() } else { None }
+    })
 }

@@ -94,9 +94,12 @@ fn the_autoscaler_reaches_the_oracle_count_and_scales_down_when_the_consumer_slo
     // Well into the fast phase, the autoscaler has scaled up, and says so in its metrics.
     c.collect(600, Duration::from_secs(60));
     let body = scrape(&metrics);
-    let ups = sample(&body, "granary_autoscaler_decisions_total{direction=\"up\",pipeline=\"e2e\"}");
+    let ups = sample(
+        &body,
+        "granary_autoscaler_decisions_total{direction=\"up\",namespace=\"local\",pipeline=\"e2e\"}",
+    );
     assert!(ups.is_some_and(|n| n >= 1.0), "{body}");
-    let desired = sample(&body, "granary_workers_desired{pipeline=\"e2e\"}");
+    let desired = sample(&body, "granary_workers_desired{namespace=\"local\",pipeline=\"e2e\"}");
     assert!(desired.is_some_and(|n| n >= 2.0), "{body}");
     assert!(c.finish(Duration::from_secs(110)), "the consumer did not finish in time");
     let elapsed = started.elapsed().as_secs_f64();

@@ -241,7 +241,9 @@ impl Background {
 
 /// Waits until the dispatcher at `metrics` says the cache read something (bounded).
 fn wait_for_reads(metrics: &str, pipeline: &str, timeout: Duration) -> bool {
-    let series = format!("granary_cache_bytes_total{{direction=\"read\",pipeline=\"{pipeline}\"}}");
+    let series = format!(
+        "granary_cache_bytes_total{{direction=\"read\",namespace=\"local\",pipeline=\"{pipeline}\"}}"
+    );
     let start = Instant::now();
     while start.elapsed() < timeout {
         if std::net::TcpStream::connect(metrics).is_ok()

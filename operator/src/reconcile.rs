@@ -263,6 +263,9 @@ async fn size(
                 ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
             }
             ctx.stop_autoscaler(key);
+            if let Some(exposition) = &ctx.exposition {
+                exposition.track_fixed(key, *n);
+            }
             ctx.with(key, uid, |t| t.sizing = Some(wanted.clone()));
             Ok(*n)
         }

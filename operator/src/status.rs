@@ -5,7 +5,6 @@
 use granary_crds::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase};
 use granary_dispatcher::autoscaler::ScalingReport;
 use granary_dispatcher::{CacheReport, JobProgress, MetricsSnapshot};
-use granary_policies::caching::Action;
 
 /// What the dispatcher knows of a pipeline.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,18 +71,7 @@ pub fn cache_status(report: Option<&CacheReport>) -> CacheStatus {
     let Some(report) = report else { return CacheStatus { state: "off".into(), ..Default::default() } };
     let bytes_read = report.epochs.iter().map(|e| e.bytes_read).sum();
     let bytes_written = report.epochs.iter().map(|e| e.bytes_written).sum();
-    let last_mode = report.epochs.last().map(|e| e.mode.as_str());
-    let state = match (&report.decision, report.policy.as_str()) {
-        (None, "never") => "off",
-        (None, _) if report.store.is_none() => "off",
-        (None, _) => "profiling",
-        (Some(d), _) => match d.action {
-            Action::Compute => "compute",
-            Action::Write { .. } if last_mode == Some("read") => "reading",
-            Action::Write { .. } => "writing",
-            Action::Read { .. } => "reading",
-        },
-    };
+    let state = report.state();
     CacheStatus {
         state: state.into(),
         stage: report.stage.clone(),

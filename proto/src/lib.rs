@@ -11,3 +11,8 @@ pub mod v1 {
 
 /// Largest message either side accepts: a batch part of big float tensors fits.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// Upper bounds, in seconds, of the trainer step and wait histograms clients report
+/// (`ClientMetrics.step_histogram`, `wait_histogram`): from half a millisecond to ten seconds.
+pub const TRAINER_SECONDS_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];

@@ -1,26 +1,29 @@
 //! How Granary processes expose their metrics: each process keeps a Prometheus [`Registry`] and
 //! serves it in the text format at `GET /metrics` on `--metrics-addr` (`GRANARY_METRICS_ADDR`).
+//!
+//! Conventions: names start with `granary_`, are in base units (seconds, bytes), counters end
+//! in `_total`, latencies are histograms; series carry `namespace` and `pipeline` (see
+//! [`pipeline_labels`]), and `worker`, `stage` or `trainer_job` where they apply.
 
+mod histogram;
+mod labels;
+mod server;
+
+pub use histogram::CumulativeHistogramVec;
+pub use labels::{LOCAL_NAMESPACE, pipeline_labels};
 pub use prometheus;
 use prometheus::{Encoder, Registry, TextEncoder};
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+pub use server::{MetricsServer, Readiness, Refresh, Targets, TelemetryError};
 
-/// A failure serving metrics.
-#[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
-    /// The address could not be bound.
-    #[error("cannot serve metrics on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The failure.
-        source: std::io::Error,
-    },
-    /// The server stopped with an error.
-    #[error("the metrics server failed: {0}")]
-    Serve(std::io::Error),
+/// A registry holding the standard `process_*` metrics (CPU seconds, resident memory, open file
+/// descriptors, start time) of this process, for Granary's own metrics to join.
+pub fn registry() -> Registry {
+    let registry = Registry::new();
+    #[cfg(target_os = "linux")]
+    if let Err(e) = registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())) {
+        tracing::warn!("cannot report process metrics: {e}");
+    }
+    registry
 }
 
 /// The registry's metrics in the Prometheus text format.
@@ -30,158 +33,4 @@ pub fn render(registry: &Registry) -> String {
         tracing::warn!("cannot encode metrics: {e}");
     }
     String::from_utf8(out).unwrap_or_default()
-}
-
-/// Called before each scrape, to bring gauges read from live state up to date.
-pub type Refresh = Arc<dyn Fn() + Send + Sync>;
-
-/// Whether the process is ready for traffic, asked by `GET /readyz`.
-pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
-
-/// A bound metrics endpoint, ready to serve.
-pub struct MetricsServer {
-    listener: tokio::net::TcpListener,
-    registry: Registry,
-    refresh: Option<Refresh>,
-    readiness: Option<Readiness>,
-}
-
-impl MetricsServer {
-    /// Binds `addr` (port 0 picks a free port) for `registry`.
-    pub async fn bind(addr: SocketAddr, registry: Registry) -> Result<MetricsServer, TelemetryError> {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| TelemetryError::Bind { addr, source })?;
-        Ok(MetricsServer { listener, registry, refresh: None, readiness: None })
-    }
-
-    /// Calls `refresh` before rendering each scrape.
-    pub fn with_refresh(self, refresh: Refresh) -> MetricsServer {
-        MetricsServer { refresh: Some(refresh), ..self }
-    }
-
-    /// Also serves Kubernetes probes: `GET /healthz` (200 while the process serves) and
-    /// `GET /readyz` (200 while `ready` says so, else 503).
-    pub fn with_probes(self, ready: Readiness) -> MetricsServer {
-        MetricsServer { readiness: Some(ready), ..self }
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
-    }
-
-    /// Serves `GET /metrics` until `shutdown` completes.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), TelemetryError> {
-        let registry = self.registry;
-        let refresh = self.refresh;
-        let mut app =
-            axum::Router::new().route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let registry = registry.clone();
-                    if let Some(refresh) = &refresh {
-                        refresh();
-                    }
-                    async move {
-                        ([(axum::http::header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], render(&registry))
-                    }
-                }),
-            );
-        if let Some(ready) = self.readiness {
-            use axum::http::StatusCode;
-            app = app.route("/healthz", axum::routing::get(|| async { (StatusCode::OK, "ok\n") })).route(
-                "/readyz",
-                axum::routing::get(move || {
-                    let ready = ready();
-                    async move {
-                        if ready {
-                            (StatusCode::OK, "ready\n")
-                        } else {
-                            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-                        }
-                    }
-                }),
-            );
-        }
-        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await.map_err(TelemetryError::Serve)
-    }
-
-    /// Serves in a background task until `shutdown` completes, logging a failure.
-    pub fn spawn(self, shutdown: impl Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            if let Err(e) = self.serve(shutdown).await {
-                tracing::error!("{e}");
-            }
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use prometheus::{IntCounter, Opts};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    #[tokio::test]
-    async fn serves_the_registry_in_the_text_format() {
-        let registry = Registry::new();
-        let counter = IntCounter::with_opts(Opts::new("granary_test_things_total", "Things.")).unwrap();
-        registry.register(Box::new(counter.clone())).unwrap();
-        counter.inc_by(2);
-        let server = MetricsServer::bind(([127, 0, 0, 1], 0).into(), registry).await.unwrap();
-        let server = server.with_refresh(Arc::new(move || counter.inc()));
-        let addr = server.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = server.spawn(async move { drop(stopped.await) });
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-        assert!(response.contains("text/plain; version=0.0.4"), "{response}");
-        assert!(response.contains("# TYPE granary_test_things_total counter"), "{response}");
-        assert!(response.contains("granary_test_things_total 3"), "{response}");
-        stop.send(()).unwrap();
-        task.await.unwrap();
-    }
-
-    async fn get(addr: SocketAddr, path: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        response
-    }
-
-    #[tokio::test]
-    async fn probes_report_liveness_and_the_readiness_asked_for() {
-        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = ready.clone();
-        let server = MetricsServer::bind(([127, 0, 0, 1], 0).into(), Registry::new())
-            .await
-            .unwrap()
-            .with_probes(Arc::new(move || flag.load(std::sync::atomic::Ordering::Relaxed)));
-        let addr = server.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = server.spawn(async move { drop(stopped.await) });
-        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
-        ready.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        stop.send(()).unwrap();
-        task.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_taken_port_is_a_clear_error() {
-        let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = taken.local_addr().unwrap();
-        let Err(e) = MetricsServer::bind(addr, Registry::new()).await else { panic!("bound twice") };
-        assert!(e.to_string().contains(&addr.to_string()), "{e}");
-    }
 }

@@ -128,6 +128,12 @@ impl LocalService {
         if options.normalize_on_worker {
             args.push("--normalize-on-worker".to_string());
         }
+        if let Some(addr) = options.metrics_addr {
+            // Each worker serves its own metrics on a free port of the same interface; the
+            // dispatcher lists them at `/targets` for Prometheus.
+            args.push("--metrics-addr".to_string());
+            args.push(SocketAddr::new(addr.ip(), 0).to_string());
+        }
         // Each worker would otherwise advertise, or serve metrics on, this process's address.
         let mut pool =
             ProcessPool::new(program, args).without_env(&["GRANARY_ADVERTISE", "GRANARY_METRICS_ADDR"]);
@@ -155,14 +161,17 @@ impl LocalService {
             }
         };
         if let Some(addr) = options.metrics_addr {
-            let mut exposition = Exposition::new()?;
-            if let Some(scaling) = &scaling {
-                exposition = exposition.with_scaling(&pipeline, scaling.clone());
+            let exposition = Exposition::new()?;
+            match (&scaling, &options.sizing) {
+                (Some(scaling), _) => exposition.track_scaling(&pipeline, scaling.clone()),
+                (None, sizing) => exposition.track_fixed(&pipeline, sizing.initial()),
             }
             let exposition = Arc::new(exposition);
             let server = MetricsServer::bind(addr, exposition.registry()).await?;
             let d = dispatcher.clone();
             let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
+            let d = dispatcher.clone();
+            let server = server.with_targets(Arc::new(move || d.metrics_targets()));
             let (stop, stopped) = oneshot::channel::<()>();
             server.spawn(async move { drop(stopped.await) });
             stops.push(stop);

@@ -44,6 +44,9 @@ pub(crate) struct EpochStats {
     pub(crate) splits_written: u64,
     pub(crate) splits_computed: u64,
     pub(crate) splits_bad: u64,
+    /// Splits read whose read failed on the store (not a bad entry) and were recomputed; they
+    /// are counted in `splits_read` too.
+    pub(crate) splits_read_failed: u64,
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
     pub(crate) recomputed: u64,

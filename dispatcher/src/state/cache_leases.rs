@@ -88,6 +88,9 @@ impl State {
             stats.splits_bad += 1;
         } else if mode == pb::CacheMode::Read as i32 {
             stats.splits_read += 1;
+            if outcome.recomputed > 0 {
+                stats.splits_read_failed += 1;
+            }
         } else if outcome.written {
             stats.splits_written += 1;
         } else {

@@ -3,7 +3,7 @@
 
 use super::State;
 use super::cache::EpochStats;
-use granary_policies::caching::CacheDecision;
+use granary_policies::caching::{Action, CacheDecision};
 use serde::Serialize;
 
 /// A pipeline's cache, as reported.
@@ -22,6 +22,34 @@ pub struct CacheReport {
     /// What the cache did in each epoch that completed splits.
     pub epochs: Vec<EpochCache>,
 }
+
+impl CacheReport {
+    /// What the cache does now: `off` (no cache, or the policy is `never`), `profiling`
+    /// (waiting for a profile to decide), `compute`, `writing` or `reading`.
+    pub fn state(&self) -> &'static str {
+        let last_mode = self.epochs.last().map(|e| e.mode.as_str());
+        match (&self.decision, self.policy.as_str()) {
+            (None, "never") => "off",
+            (None, _) if self.store.is_none() => "off",
+            (None, _) => "profiling",
+            (Some(d), _) => match d.action {
+                Action::Compute => "compute",
+                Action::Write { .. } if last_mode == Some("read") => "reading",
+                Action::Write { .. } => "writing",
+                Action::Read { .. } => "reading",
+            },
+        }
+    }
+
+    /// Splits whose cache read failed (a bad entry, or the store failing) and that were
+    /// recomputed from the source, over every epoch.
+    pub fn fallbacks(&self) -> u64 {
+        self.epochs.iter().map(|e| e.splits_bad + e.splits_read_failed).sum()
+    }
+}
+
+/// Every state [`CacheReport::state`] may answer.
+pub const CACHE_STATES: [&str; 5] = ["off", "profiling", "compute", "writing", "reading"];
 
 /// The cache in one epoch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -42,6 +70,8 @@ pub struct EpochCache {
     pub splits_computed: u64,
     /// Splits whose entry part failed verification.
     pub splits_bad: u64,
+    /// Splits counted as read whose read failed on the store and that were recomputed.
+    pub splits_read_failed: u64,
     /// Elements recomputed after failed reads.
     pub recomputed: u64,
     /// The decision's predicted pipeline rate (elements/s) for this epoch: the predicted time
@@ -106,6 +136,7 @@ impl State {
                     splits_written: s.splits_written,
                     splits_computed: s.splits_computed,
                     splits_bad: s.splits_bad,
+                    splits_read_failed: s.splits_read_failed,
                     recomputed: s.recomputed,
                     predicted_items_per_s: predicted.and_then(positive),
                 }

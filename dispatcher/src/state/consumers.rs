@@ -1,5 +1,6 @@
 //! The client-facing rules: consumers joining jobs, resuming, heartbeats, plans and replays.
 
+use super::tallies::{SessionSeen, TrainerTotals};
 use super::{Consumer, DispatchError, Event, Job, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
 use granary_proto::v1 as pb;
@@ -64,6 +65,7 @@ impl State {
                 consumers: BTreeMap::new(),
                 epochs: BTreeMap::new(),
                 replays: VecDeque::new(),
+                trainer: TrainerTotals::default(),
             },
         );
         self.events.push(Event::Job {
@@ -171,6 +173,7 @@ impl State {
                 finished,
                 gone: false,
                 metrics: None,
+                seen: SessionSeen::default(),
             },
         );
         let workers = self.workers_of(&req.pipeline);
@@ -231,6 +234,9 @@ impl State {
         if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
             c.last_seen = now;
             c.gone = false;
+            if let Some(metrics) = &req.metrics {
+                job.trainer.absorb(&mut c.seen, metrics);
+            }
             // A session's heartbeats travel on separate calls and can arrive out of order; one
             // that is behind what this session already reported must not move it back (a late
             // epoch-start heartbeat would otherwise undo `finished`).
@@ -238,7 +244,12 @@ impl State {
                 c.epoch = req.epoch;
                 c.delivered = req.delivered;
                 c.finished = req.finished;
-                c.metrics = req.metrics;
+                // The histograms went into the job's totals; the policies read the means.
+                c.metrics = req.metrics.as_ref().map(|m| pb::ClientMetrics {
+                    step_histogram: None,
+                    wait_histogram: None,
+                    ..m.clone()
+                });
             }
         }
         // Epochs every consumer is past are no longer needed.

@@ -30,10 +30,12 @@ impl State {
             }
         }
         let pipeline = (!req.pipeline.is_empty()).then(|| req.pipeline.clone());
+        self.count_worker(pipeline.as_deref(), |c| c.registrations += 1);
         self.workers.insert(
             id.clone(),
             WorkerEntry {
                 address: req.address.clone(),
+                metrics_address: (!req.metrics_address.is_empty()).then(|| req.metrics_address.clone()),
                 pipeline,
                 last_seen: now,
                 leases: BTreeSet::new(),

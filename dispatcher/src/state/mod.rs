@@ -10,12 +10,14 @@ mod cache_report;
 mod consumers;
 mod events;
 mod leases;
+mod tallies;
 
 pub use cache::{PROFILE_WAIT_MS, StoreUse};
 pub use cache_config::CacheConfig;
 pub use cache_inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
-pub use cache_report::{CacheReport, EpochCache};
+pub use cache_report::{CACHE_STATES, CacheReport, EpochCache};
 pub use events::Event;
+pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
 use crate::plan::{EpochPlan, Mode, PlanSettings};
 use granary_proto::v1 as pb;
@@ -108,6 +110,8 @@ pub(crate) struct Consumer {
     pub(crate) finished: bool,
     pub(crate) gone: bool,
     pub(crate) metrics: Option<pb::ClientMetrics>,
+    /// This session's cumulative figures so far, for the job's totals.
+    pub(crate) seen: tallies::SessionSeen,
 }
 
 pub(crate) struct Job {
@@ -116,6 +120,8 @@ pub(crate) struct Job {
     pub(crate) consumers: BTreeMap<u32, Consumer>,
     pub(crate) epochs: BTreeMap<u32, EpochState>,
     pub(crate) replays: VecDeque<Replay>,
+    /// What the job's trainers reported, for metrics.
+    pub(crate) trainer: TrainerTotals,
 }
 
 impl Job {
@@ -152,6 +158,8 @@ impl Pipeline {
 
 pub(crate) struct WorkerEntry {
     pub(crate) address: String,
+    /// Where the worker serves its metrics, if it does.
+    pub(crate) metrics_address: Option<String>,
     pub(crate) pipeline: Option<String>,
     pub(crate) last_seen: u64,
     pub(crate) leases: BTreeSet<u64>,
@@ -226,6 +234,8 @@ pub struct State {
     pub(crate) cache_touches: Vec<cache::EntryKey>,
     /// Lease outcomes per pipeline, for metrics (not journaled).
     pub(crate) split_counts: BTreeMap<String, SplitCounts>,
+    /// Worker registrations and losses per pipeline, for metrics (not journaled).
+    pub(crate) worker_counts: BTreeMap<String, WorkerCounts>,
 }
 
 impl State {
@@ -244,12 +254,39 @@ impl State {
             cache_entries: BTreeMap::new(),
             cache_touches: Vec::new(),
             split_counts: BTreeMap::new(),
+            worker_counts: BTreeMap::new(),
         }
     }
 
     /// Lease outcomes of `pipeline` since this dispatcher started.
     pub fn split_counts(&self, pipeline: &str) -> SplitCounts {
         self.split_counts.get(pipeline).copied().unwrap_or_default()
+    }
+
+    /// Worker registrations and losses of `pipeline` since this dispatcher started.
+    pub fn worker_counts(&self, pipeline: &str) -> WorkerCounts {
+        self.worker_counts.get(pipeline).copied().unwrap_or_default()
+    }
+
+    /// What the trainers of each job of `pipeline` reported: `(job, totals)`.
+    pub fn trainer_totals(&self, pipeline: &str) -> Vec<(String, TrainerTotals)> {
+        self.pipelines.get(pipeline).map_or_else(Vec::new, |p| {
+            p.jobs.iter().map(|(name, job)| (name.clone(), job.trainer.clone())).collect()
+        })
+    }
+
+    /// The metrics endpoints of the registered workers.
+    pub fn metrics_targets(&self) -> Vec<String> {
+        self.workers.values().filter_map(|w| w.metrics_address.clone()).collect()
+    }
+
+    pub(crate) fn count_worker(&mut self, pipeline: Option<&str>, f: impl FnOnce(&mut WorkerCounts)) {
+        if let Some(pipeline) = pipeline {
+            match self.worker_counts.get_mut(pipeline) {
+                Some(counts) => f(counts),
+                None => f(self.worker_counts.entry(pipeline.to_string()).or_default()),
+            }
+        }
     }
 
     pub(crate) fn count_splits(&mut self, pipeline: &str, f: impl FnOnce(&mut SplitCounts)) {
@@ -306,6 +343,7 @@ impl State {
     pub(crate) fn drop_pipeline(&mut self, name: &str) {
         self.pipelines.remove(name);
         self.split_counts.remove(name);
+        self.worker_counts.remove(name);
         let ended: Vec<u64> =
             self.leases.iter().filter(|(_, l)| l.pipeline == name).map(|(id, _)| *id).collect();
         for id in ended {
@@ -396,7 +434,7 @@ impl State {
             for (job, j) in &p.jobs {
                 for (index, c) in &j.consumers {
                     if let Some(m) = &c.metrics {
-                        snap.consumers.push((job.clone(), *index, *m));
+                        snap.consumers.push((job.clone(), *index, m.clone()));
                     }
                 }
             }
@@ -426,7 +464,9 @@ impl State {
             .collect();
         for id in dead {
             tracing::warn!(worker = %id, "worker missed its heartbeats; its splits go to other workers");
-            self.workers.remove(&id);
+            if let Some(worker) = self.workers.remove(&id) {
+                self.count_worker(worker.pipeline.as_deref(), |c| c.lost += 1);
+            }
         }
         let expired: Vec<u64> = self
             .leases

@@ -262,7 +262,7 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     task.await.unwrap().unwrap();
     assert!(ctx.tracked().get("ns/p").is_some_and(|t| t.autoscaler.is_some()));
     let metrics = scrape(&ctx);
-    assert!(metrics.contains("granary_workers_desired{pipeline=\"ns/p\"} 1"), "{metrics}");
+    assert!(metrics.contains("granary_workers_desired{namespace=\"ns\",pipeline=\"p\"} 1"), "{metrics}");
 
     let mut deleting = serde_json::to_value(&object).unwrap();
     deleting["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:00Z");
@@ -276,7 +276,10 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     task.await.unwrap().unwrap();
     assert!(ctx.dispatcher.pipelines().is_empty());
     assert!(ctx.tracked().get("ns/p").is_none(), "the autoscaler stopped with it");
-    assert!(!scrape(&ctx).contains("granary_workers_desired{pipeline=\"ns/p\"}"), "its series went too");
+    assert!(
+        !scrape(&ctx).contains("granary_workers_desired{namespace=\"ns\",pipeline=\"p\"}"),
+        "its series went too"
+    );
     server.check_rbac();
 }
 

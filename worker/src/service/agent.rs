@@ -42,6 +42,8 @@ pub struct AgentConfig {
     pub advertise: String,
     /// Serve only this pipeline; empty serves any.
     pub pipeline: String,
+    /// Where the worker serves its metrics (`host:port`), empty when it does not.
+    pub metrics_address: String,
     /// Cores the engines compute with.
     pub cores: u32,
     /// Engine settings.
@@ -190,6 +192,7 @@ impl Agent {
             leases: self.leases.held(),
             pipeline: self.config.pipeline.clone(),
             cores: self.config.cores,
+            metrics_address: self.config.metrics_address.clone(),
         };
         let again = !request.worker_id.is_empty();
         let response = self.client().register_worker(request).await?.into_inner();
@@ -204,6 +207,9 @@ impl Agent {
             let mut identity = self.identity.write().unwrap_or_else(PoisonError::into_inner);
             identity.worker_id = response.worker_id.clone();
             identity.heartbeat = heartbeat;
+        }
+        if let Some(exposition) = &self.exposition {
+            exposition.set_worker(&response.worker_id);
         }
         let revoked = self.leases.revoke(&response.revoked);
         tracing::info!(
@@ -318,8 +324,9 @@ impl Agent {
             bytes: taken.bytes.load(Ordering::Relaxed),
             cache_read: self.counters.cache_bytes_read.load(Ordering::Relaxed),
             cache_written: self.counters.cache_bytes_written.load(Ordering::Relaxed),
-            cache_bad: self.counters.cache_bad_splits.load(Ordering::Relaxed),
+            cache_fallbacks: self.counters.cache_fallback_splits.load(Ordering::Relaxed),
             cache_recomputed: self.counters.cache_recomputed.load(Ordering::Relaxed),
+            ..Totals::default()
         };
         let sample = sampler.sample(Inputs {
             elements_total: totals.elements,
@@ -331,7 +338,12 @@ impl Agent {
             stages,
         });
         if let Some(exposition) = &self.exposition {
-            exposition.observe(totals, &sample);
+            let totals = Totals {
+                cpu_seconds: sampler.cpu_seconds(),
+                stages: sampler.stage_totals().to_vec(),
+                ..totals
+            };
+            exposition.observe(&totals, &sample);
         }
         sample
     }
@@ -528,11 +540,15 @@ impl Agent {
     fn handle(self: &Arc<Self>, event: Event, completions: &mut JoinSet<()>) {
         match event {
             Event::Produced { lease_id, elements, delivered, cache } => {
-                self.leases.produced(lease_id);
+                if let (Some(took), Some(exposition)) = (self.leases.produced(lease_id), &self.exposition) {
+                    exposition.split_produced(took);
+                }
                 let agent = Arc::clone(self);
                 completions.spawn(async move { agent.complete(lease_id, elements, delivered, cache).await });
             }
-            Event::Abandoned { lease_id } => self.leases.produced(lease_id),
+            Event::Abandoned { lease_id } => {
+                self.leases.produced(lease_id);
+            }
             Event::CacheProfile { pipeline, generation, profile } => {
                 let agent = Arc::clone(self);
                 completions

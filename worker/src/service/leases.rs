@@ -1,9 +1,10 @@
 //! The leases a worker holds: renewed by every heartbeat until completed, returned or revoked.
 
 use granary_proto::v1::Lease;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// A held lease and the flag that tells its producer to stop routing it.
@@ -15,8 +16,8 @@ struct Held {
 #[derive(Default)]
 struct Table {
     held: BTreeMap<u64, Held>,
-    /// Leases whose split is still being computed (held or not).
-    producing: BTreeSet<u64>,
+    /// Leases whose split is still being computed (held or not), and since when.
+    producing: BTreeMap<u64, Instant>,
 }
 
 /// The lease table.
@@ -36,7 +37,7 @@ impl Leases {
     pub fn insert(&self, lease: Lease) -> Arc<AtomicBool> {
         let revoked = Arc::new(AtomicBool::new(false));
         let mut table = self.lock();
-        table.producing.insert(lease.lease_id);
+        table.producing.insert(lease.lease_id, Instant::now());
         table.held.insert(lease.lease_id, Held { lease, revoked: Arc::clone(&revoked) });
         revoked
     }
@@ -71,10 +72,11 @@ impl Leases {
         self.lock().producing.len()
     }
 
-    /// The split of `id` was computed (or abandoned).
-    pub fn produced(&self, id: u64) {
-        self.lock().producing.remove(&id);
+    /// The split of `id` was computed (or abandoned); how long that took since it was leased.
+    pub fn produced(&self, id: u64) -> Option<Duration> {
+        let since = self.lock().producing.remove(&id);
         self.changed.notify_one();
+        since.map(|s| s.elapsed())
     }
 
     /// Stops holding `id` (completed or returned) without revoking it.

@@ -19,8 +19,8 @@ pub struct Counters {
     pub cache_bytes_written: AtomicU64,
     /// Elements computed from the source after a failed cache read.
     pub cache_recomputed: AtomicU64,
-    /// Splits whose cache entry failed verification.
-    pub cache_bad_splits: AtomicU64,
+    /// Splits whose cache read failed (a bad entry, or the store) and were recomputed.
+    pub cache_fallback_splits: AtomicU64,
 }
 
 /// One engine's stage timers.
@@ -60,6 +60,19 @@ pub struct Sampler {
     cpu: Option<Duration>,
     /// Per engine: stage nanoseconds and elements at the last sample.
     stages: HashMap<String, (Vec<u64>, u64)>,
+    /// Per stage name, in first-seen order: nanoseconds and elements since the sampler started.
+    stage_totals: Vec<StageTotal>,
+}
+
+/// Compute time of one stage since the worker started, over every engine that ran it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StageTotal {
+    /// Stage name.
+    pub stage: String,
+    /// Nanoseconds computing.
+    pub nanos: u64,
+    /// Elements that went through it.
+    pub elements: u64,
 }
 
 impl Default for Sampler {
@@ -78,7 +91,18 @@ impl Sampler {
             bytes: 0,
             cpu: cpu_time(),
             stages: HashMap::new(),
+            stage_totals: Vec::new(),
         }
+    }
+
+    /// Per stage, compute time and elements since the sampler started, as of the last sample.
+    pub fn stage_totals(&self) -> &[StageTotal] {
+        &self.stage_totals
+    }
+
+    /// CPU seconds this process used, as of the last sample.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.cpu.map_or(0.0, |c| c.as_secs_f64())
     }
 
     /// The metrics since the previous sample.
@@ -137,6 +161,16 @@ impl Sampler {
             seen.insert(source.engine.clone(), (nanos, elements));
         }
         self.stages = seen;
+        for stage in &order {
+            let Some(&(nanos, elements)) = sums.get(stage) else { continue };
+            match self.stage_totals.iter_mut().find(|t| &t.stage == stage) {
+                Some(total) => {
+                    total.nanos += nanos;
+                    total.elements += elements;
+                }
+                None => self.stage_totals.push(StageTotal { stage: stage.clone(), nanos, elements }),
+            }
+        }
         order
             .into_iter()
             .filter_map(|stage| {

@@ -141,7 +141,7 @@ impl WorkerService {
         };
         let metrics = match config.metrics_addr {
             Some(addr) => {
-                let exposition = Arc::new(Exposition::new()?);
+                let exposition = Arc::new(Exposition::new(config.pipeline.as_deref().unwrap_or_default())?);
                 Some((MetricsServer::bind(addr, exposition.registry()).await?, exposition))
             }
             None => None,
@@ -166,6 +166,7 @@ impl WorkerService {
 
     /// Serves streams and works for the dispatcher until `shutdown` completes, then drains.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
+        let metrics_addr = self.metrics_addr();
         let WorkerService { config, listener, local_addr, advertise, metrics } = self;
         let (stop_metrics, metrics_stopped) = oneshot::channel::<()>();
         let exposition = metrics.map(|(server, exposition)| {
@@ -183,7 +184,17 @@ impl WorkerService {
             dispatcher = %config.dispatcher,
             "worker serving",
         );
+        let metrics_address = match metrics_addr {
+            // Listening on every interface: scrape it where consumers reach the worker.
+            Some(addr) if addr.ip().is_unspecified() => {
+                let host = advertise.rsplit_once(':').map_or(advertise.as_str(), |(host, _)| host);
+                format!("{host}:{}", addr.port())
+            }
+            Some(addr) => addr.to_string(),
+            None => String::new(),
+        };
         let agent_config = agent::AgentConfig {
+            metrics_address,
             advertise,
             pipeline: config.pipeline.clone().unwrap_or_default(),
             cores: u32::try_from(config.engine.threads.max(1)).unwrap_or(u32::MAX),

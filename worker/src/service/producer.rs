@@ -459,8 +459,8 @@ impl Runner {
         self.sinks.counters.cache_bytes_read.fetch_add(cache.bytes_read, Ordering::Relaxed);
         self.sinks.counters.cache_bytes_written.fetch_add(cache.bytes_written, Ordering::Relaxed);
         self.sinks.counters.cache_recomputed.fetch_add(cache.recomputed, Ordering::Relaxed);
-        if cache.bad {
-            self.sinks.counters.cache_bad_splits.fetch_add(1, Ordering::Relaxed);
+        if cache.bad || cache.recomputed > 0 {
+            self.sinks.counters.cache_fallback_splits.fetch_add(1, Ordering::Relaxed);
         }
         let cache = pb::CacheOutcome {
             bytes_read: cache.bytes_read,
