@@ -8,6 +8,7 @@
 //! - `GRANARY_KUBERNETES_VALIDATE`: kubernetes-validate (built-in kinds' JSON schemas);
 //! - `GRANARY_TOOLS_PYTHON`: a Python with jsonschema and PyYAML, for chart/validate_custom.py;
 //! - `GRANARY_SERVICEMONITOR_CRD`: the prometheus-operator ServiceMonitor CRD.
+//! - `GRANARY_PROMETHEUSRULE_CRD`: the prometheus-operator PrometheusRule CRD.
 //!
 //! Without the variables the tests look in target/tools, then on PATH; a missing tool fails the
 //! test with a message to run scripts/test.
@@ -91,6 +92,34 @@ fn servicemonitor_crd() -> PathBuf {
     assert!(
         path.is_file(),
         "the ServiceMonitor CRD ({}) is missing: run scripts/test, which fetches it and exports {env}",
+        path.display()
+    );
+    path
+}
+
+fn prometheusrule_crd() -> PathBuf {
+    let env = "GRANARY_PROMETHEUSRULE_CRD";
+    let path = std::env::var_os(env)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/tools/crds/prometheusrules.monitoring.coreos.com.yaml"));
+    assert!(
+        path.is_file(),
+        "the PrometheusRule CRD ({}) is missing: run scripts/test, which fetches it and exports {env}",
+        path.display()
+    );
+    path
+}
+
+fn podmonitor_crd() -> PathBuf {
+    let env = "GRANARY_PODMONITOR_CRD";
+    let path = std::env::var_os(env)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/tools/crds/podmonitors.monitoring.coreos.com.yaml"));
+    assert!(
+        path.is_file(),
+        "the PodMonitor CRD ({}) is missing: run scripts/test, which fetches it and exports {env}",
         path.display()
     );
     path
@@ -212,6 +241,51 @@ fn values_schema_rejects_misspelled_and_mistyped_values() {
 }
 
 // -----------------------------------------------------------------------------------------------
+// Grafana dashboards: one ConfigMap per charts/granary/dashboards/*.json
+
+#[test]
+fn dashboards_render_as_configmaps_for_the_grafana_sidecar() {
+    let dashboards = |docs: &[Value]| -> BTreeMap<String, Value> {
+        docs.iter()
+            .filter(|d| kind_of(d) == "ConfigMap")
+            .map(|d| (name_of(d).to_string(), d.clone()))
+            .collect()
+    };
+    for (release, docs) in [("granary", render_defaults()), ("ml", render_everything())] {
+        let fullname = name_of(one(&docs, "Deployment", None)).to_string();
+        let maps = dashboards(&docs);
+        assert_eq!(maps.len(), 4, "({release}) one ConfigMap per dashboard: {:?}", maps.keys());
+        for stem in ["overview", "pipeline", "workers", "operator"] {
+            let map = &maps.get(&format!("{fullname}-dashboard-{stem}")).unwrap_or_else(|| {
+                panic!("({release}) no ConfigMap {fullname}-dashboard-{stem}: {:?}", maps.keys())
+            });
+            assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1", "({release}) {stem}: the label");
+            assert_eq!(map["metadata"]["namespace"], NAMESPACE);
+            let file = format!("{stem}.json");
+            let text = map["data"][&file].as_str().expect("the dashboard JSON");
+            let shipped: Value = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("({release}) {stem}: the ConfigMap's {file} is not JSON: {e}"));
+            let source = std::fs::read_to_string(root().join("charts/granary/dashboards").join(&file))
+                .expect("the dashboard file");
+            assert_eq!(shipped, serde_json::from_str::<Value>(&source).expect("JSON"), "({release}) {file}");
+        }
+    }
+    let custom_values = [
+        "--set",
+        "dashboards.label=grafana-dashboards,dashboards.labelValue=granary",
+        "--set",
+        "dashboards.annotations.grafana_folder=Granary",
+    ];
+    let custom = documents(&template("granary", &custom_values));
+    for map in dashboards(&custom).values() {
+        assert_eq!(map["metadata"]["labels"]["grafana-dashboards"], "granary", "{map}");
+        assert_eq!(map["metadata"]["annotations"], json!({"grafana_folder": "Granary"}));
+    }
+    let disabled = documents(&template("granary", &["--set", "dashboards.enabled=false"]));
+    assert!(dashboards(&disabled).is_empty(), "dashboards.enabled=false still renders ConfigMaps");
+}
+
+// -----------------------------------------------------------------------------------------------
 // Built-in kinds against the Kubernetes API schemas
 
 /// The newest Kubernetes version kubernetes-validate ships schemas for (its default version).
@@ -304,7 +378,7 @@ struct CustomError {
 }
 
 /// Validates the documents of `files` with chart/validate_custom.py against the chart's CRD and
-/// the ServiceMonitor CRD; one result per document.
+/// the ServiceMonitor and PrometheusRule CRDs; one result per document.
 fn validate_custom(files: &[PathBuf]) -> Vec<CustomResult> {
     let out = output(
         Command::new(python_bin())
@@ -313,6 +387,10 @@ fn validate_custom(files: &[PathBuf]) -> Vec<CustomResult> {
             .arg(CHART_CRD)
             .arg("--crd")
             .arg(servicemonitor_crd())
+            .arg("--crd")
+            .arg(prometheusrule_crd())
+            .arg("--crd")
+            .arg(podmonitor_crd())
             .args(files),
     );
     // 0: all valid; 1: some invalid (each says why); anything else: it could not validate.
@@ -334,11 +412,31 @@ fn custom_resources_are_valid_for_their_crds_and_invalid_ones_are_caught() {
     assert!(!examples.is_empty(), "no examples/*.yaml");
 
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let monitors: Vec<Value> =
-        render_everything().into_iter().filter(|d| kind_of(d) == "ServiceMonitor").collect();
-    assert_eq!(monitors.len(), 1, "serviceMonitor.enabled renders one ServiceMonitor");
+    let monitors: Vec<Value> = render_everything()
+        .into_iter()
+        .filter(|d| kind_of(d) == "ServiceMonitor" || kind_of(d) == "PodMonitor")
+        .collect();
+    assert_eq!(monitors.len(), 2, "serviceMonitor.enabled renders a ServiceMonitor and a PodMonitor");
     let monitor_file = dir.path().join("servicemonitor.yaml");
     write_documents(&monitor_file, &monitors);
+    // The PrometheusRule: rules/granary.rules.yaml as it is (Helm leaves the alerts' own
+    // `{{ $labels.x }}` and `{{ $value }}` alone).
+    let rules: Vec<Value> =
+        render_everything().into_iter().filter(|d| kind_of(d) == "PrometheusRule").collect();
+    assert_eq!(rules.len(), 1, "prometheusRule.enabled renders one PrometheusRule");
+    let rules_path = root().join("charts/granary/rules/granary.rules.yaml");
+    let rules_file: Value =
+        serde_norway::from_str(&std::fs::read_to_string(&rules_path).expect("the rules file"))
+            .expect("the rules file is YAML");
+    assert_eq!(
+        rules[0]["spec"],
+        rules_file,
+        "the PrometheusRule's spec differs from {}",
+        rules_path.display()
+    );
+    assert_eq!(rules[0]["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let rule_file = dir.path().join("prometheusrule.yaml");
+    write_documents(&rule_file, &rules);
 
     // Deliberately invalid resources: the validator must reject each, at the named path.
     let invalid = [
@@ -366,20 +464,25 @@ fn custom_resources_are_valid_for_their_crds_and_invalid_ones_are_caught() {
                    "metadata": {"name": name}, "spec": spec})
         })
         .collect();
-    let mut bad_monitor = monitors[0].clone();
+    let mut bad_monitor = one(&monitors, "ServiceMonitor", None).clone();
     bad_monitor["metadata"]["name"] = json!("bad-interval");
     bad_monitor["spec"]["endpoints"][0]["interval"] = json!("every minute");
     invalid_docs.push(bad_monitor);
+    let mut bad_rule = rules[0].clone();
+    bad_rule["metadata"]["name"] = json!("bad-for");
+    bad_rule["spec"]["groups"][0]["rules"][0]["for"] = json!("ten minutes");
+    invalid_docs.push(bad_rule);
     let invalid_file = dir.path().join("invalid.yaml");
     write_documents(&invalid_file, &invalid_docs);
 
     let mut files = examples.clone();
     files.push(monitor_file.clone());
+    files.push(rule_file.clone());
     files.push(invalid_file.clone());
     let results = validate_custom(&files);
     assert_eq!(
         results.len(),
-        examples.len() + 1 + invalid_docs.len(),
+        examples.len() + monitors.len() + 1 + invalid_docs.len(),
         "one result per document: {results:?}"
     );
 
@@ -401,7 +504,7 @@ fn custom_resources_are_valid_for_their_crds_and_invalid_ones_are_caught() {
     let expected = invalid
         .iter()
         .map(|(name, _, path)| (*name, *path))
-        .chain([("bad-interval", "spec.endpoints.0.interval")]);
+        .chain([("bad-interval", "spec.endpoints.0.interval"), ("bad-for", "spec.groups.0.rules.0.for")]);
     for (name, path) in expected {
         let result = results
             .iter()
@@ -676,9 +779,25 @@ fn operator_deployment_and_services_follow_the_contract() {
             );
             assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
             assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
+            // Granary's own `namespace` label (the pipeline's) must survive the scrape.
+            assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
+            let pods = one(&docs, "PodMonitor", None);
+            let endpoint = &pods["spec"]["podMetricsEndpoints"][0];
+            assert_eq!((&endpoint["port"], &endpoint["honorLabels"]), (&json!("metrics"), &json!(true)));
+            let selector = pods["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
+            let worker_labels = granary_operator::objects::labels("p");
+            for (k, v) in selector {
+                assert_eq!(worker_labels.get(k).map(String::as_str), v.as_str(), "({label}) PodMonitor selects {k}");
+            }
             assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus-stack");
         } else {
             assert!(monitors.is_empty(), "({label}) a ServiceMonitor while serviceMonitor.enabled is false");
         }
+        let rules = docs.iter().filter(|d| kind_of(d) == "PrometheusRule").count();
+        assert_eq!(
+            rules,
+            usize::from(everything),
+            "({label}) PrometheusRules (prometheusRule.enabled: {everything})"
+        );
     }
 }
