@@ -114,8 +114,8 @@ impl Exposition {
             )?,
             demand: gauges(
                 "granary_trainer_demand_batches_per_second",
-                "Batches per second the job's trainers would take if they never waited: the sum over \
-                 consumers of one over the mean step time, last heartbeat interval.",
+                "Batches per second the job's trainers would take if they never waited: consumers over \
+                 their mean step time in the last heartbeat interval.",
                 &JOB,
             )?,
             buffered: gauges(
@@ -282,18 +282,25 @@ impl Exposition {
             self.step.add(&labels, &totals.step.counts, totals.step.sum);
             self.wait.add(&labels, &totals.wait.counts, totals.wait.sum);
         }
-        let mut jobs: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
+        // Per job: consumers, the step times measured in the last interval, buffered batches.
+        let mut jobs: BTreeMap<&str, (u32, Vec<f64>, u32)> = BTreeMap::new();
         let snapshot = dispatcher.snapshot(pipeline);
         for (job, _, m) in &snapshot.consumers {
             let entry = jobs.entry(job.as_str()).or_default();
-            if m.step_seconds > 0.0 {
-                entry.0 += 1.0 / m.step_seconds;
+            entry.0 += 1;
+            // An interval without a step (e.g. the extra heartbeat at an epoch's start) says
+            // nothing about the step time, as the policies read it too.
+            if m.step_seconds.is_finite() && m.step_seconds > 0.0 {
+                entry.1.push(m.step_seconds);
             }
-            entry.1 += m.buffered_batches;
+            entry.2 += m.buffered_batches;
         }
-        for (job, (demand, buffered)) in jobs {
+        for (job, (consumers, steps, buffered)) in jobs {
             let labels = [namespace, name, job];
-            self.demand.with_label_values(&labels).set(demand);
+            if !steps.is_empty() {
+                let mean = steps.iter().sum::<f64>() / steps.len() as f64;
+                self.demand.with_label_values(&labels).set(f64::from(consumers) / mean);
+            }
             self.buffered.with_label_values(&labels).set(f64::from(buffered));
         }
     }

@@ -30,13 +30,16 @@ pub struct ProcessPool {
     args: Vec<String>,
     unset: Vec<String>,
     children: Vec<Child>,
+    /// Set by `shutdown` and `stop_within`: the pool starts nothing more (an autoscaler still
+    /// finishing an evaluation would otherwise start workers nobody stops).
+    stopped: bool,
 }
 
 impl ProcessPool {
     /// A pool that starts workers with `program args…` (e.g. the `granary` binary with
     /// `worker --dispatcher 127.0.0.1:PORT`).
     pub fn new(program: impl Into<std::path::PathBuf>, args: Vec<String>) -> ProcessPool {
-        ProcessPool { program: program.into(), args, unset: Vec::new(), children: Vec::new() }
+        ProcessPool { program: program.into(), args, unset: Vec::new(), children: Vec::new(), stopped: false }
     }
 
     /// Starts workers without these environment variables (settings of this process that must
@@ -59,6 +62,9 @@ impl ProcessPool {
 
     fn resize(&mut self, n: u32) -> Result<(), PoolError> {
         self.reap();
+        if self.stopped && n > 0 {
+            return Err(PoolError("the worker pool is stopped; it starts no more workers".into()));
+        }
         while self.children.len() < n as usize {
             let mut command = Command::new(&self.program);
             command.args(&self.args);
@@ -81,6 +87,7 @@ impl ProcessPool {
 
     /// Stops every worker (SIGTERM, so they drain) and reaps them in the background.
     pub fn shutdown(&mut self) {
+        self.stopped = true;
         for child in self.children.drain(..) {
             terminate(child);
         }
@@ -89,6 +96,7 @@ impl ProcessPool {
     /// Stops every worker and waits for them: SIGTERM so they drain, then SIGKILL for any still
     /// running after `grace` (a drain can wait on consumers that are gone).
     pub async fn stop_within(&mut self, grace: Duration) {
+        self.stopped = true;
         let mut running: Vec<Child> = self.children.drain(..).collect();
         for child in &running {
             signal(child.id(), libc::SIGTERM);
@@ -144,5 +152,22 @@ impl WorkerPool for ProcessPool {
         self.reap();
         let n = self.children.len() as u32;
         Box::pin(async move { Ok(n) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stopped_pool_starts_nothing_more() {
+        let mut pool = ProcessPool::new("sleep", vec!["30".into()]);
+        pool.scale_to(1).await.unwrap();
+        assert_eq!(pool.current().await.unwrap(), 1);
+        pool.stop_within(Duration::from_secs(5)).await;
+        let e = pool.scale_to(2).await.unwrap_err();
+        assert!(e.to_string().contains("stopped"), "{e}");
+        assert_eq!(pool.current().await.unwrap(), 0);
+        pool.scale_to(0).await.unwrap();
     }
 }
