@@ -248,6 +248,37 @@ fn promtool_unit_tests_pass() {
     assert!(out.contains("SUCCESS"), "promtool test rules:\n{out}");
 }
 
+/// The operator's own metrics, beside the dispatcher's on its `/metrics` (the dispatcher's are
+/// linted on a real run by e2e/tests/prometheus.rs), pass `promtool check metrics`.
+#[test]
+fn promtool_lints_the_operator_metrics() {
+    let exposition = granary_dispatcher::exposition::Exposition::new().expect("the dispatcher's metrics");
+    let registry = exposition.registry();
+    let operator =
+        granary_operator::metrics::OperatorMetrics::register(&registry).expect("the operator's metrics");
+    operator.reconciled(true);
+    operator.reconciled(false);
+    operator.timed(std::time::Duration::from_millis(30));
+    operator.leading(true);
+    let text = granary_telemetry::render(&registry);
+    assert!(text.contains("granary_operator_reconcile_duration_seconds_bucket"), "{text}");
+    assert!(text.contains("process_resident_memory_bytes"), "{text}");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("metrics.txt");
+    std::fs::write(&file, &text).expect("the metrics file");
+    let out = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&file).expect("the metrics file"))
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n--- the metrics\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 // -----------------------------------------------------------------------------------------------
 // The rules file
 
