@@ -787,7 +787,11 @@ fn operator_deployment_and_services_follow_the_contract() {
             let selector = pods["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
             let worker_labels = granary_operator::objects::labels("p");
             for (k, v) in selector {
-                assert_eq!(worker_labels.get(k).map(String::as_str), v.as_str(), "({label}) PodMonitor selects {k}");
+                assert_eq!(
+                    worker_labels.get(k).map(String::as_str),
+                    v.as_str(),
+                    "({label}) PodMonitor selects {k}"
+                );
             }
             assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus-stack");
         } else {
