@@ -100,7 +100,10 @@ impl State {
     }
 
     /// Records a heartbeat: renews the listed leases and answers with the ones the worker lost
-    /// and the consumers that are gone.
+    /// and the consumers that will not read again: gone, or finished. A finished consumer's
+    /// queue can still receive replayed or duplicate parts (a resumed consumer gets replays of
+    /// splits it may already have had), and nothing would drain them: a producer waiting on
+    /// that full queue would hold its worker, and every job the worker serves, forever.
     pub fn worker_heartbeat(
         &mut self,
         req: &pb::WorkerHeartbeatRequest,
@@ -117,7 +120,7 @@ impl State {
             }
             for (job, j) in &p.jobs {
                 for (index, c) in &j.consumers {
-                    if c.gone {
+                    if c.gone || c.finished {
                         gone.push(pb::ConsumerRef {
                             pipeline: name.clone(),
                             job: job.clone(),

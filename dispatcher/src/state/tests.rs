@@ -173,6 +173,32 @@ fn a_late_heartbeat_does_not_move_a_consumer_back() {
 }
 
 #[test]
+fn workers_hear_of_finished_consumers_as_gone() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 2], 5, 1)).unwrap();
+    let first = client(&mut s, 0, 2, 0);
+    client(&mut s, 1, 2, 0);
+    let w = worker(&mut s, 0);
+    let gone = |s: &mut State| {
+        let beat = pb::WorkerHeartbeatRequest { worker_id: w.clone(), ..Default::default() };
+        s.worker_heartbeat(&beat, 1).unwrap().gone.iter().map(|c| c.consumer_index).collect::<Vec<_>>()
+    };
+    assert!(gone(&mut s).is_empty());
+    let finished = pb::ClientHeartbeatRequest {
+        client_id: first.client_id.clone(),
+        pipeline: "p".into(),
+        job: "p".into(),
+        epoch: 0,
+        delivered: 2,
+        finished: true,
+        ..Default::default()
+    };
+    s.client_heartbeat(&finished, 1).unwrap();
+    // Its queue on the workers is dropped; the other consumer still reads.
+    assert_eq!(gone(&mut s), vec![0]);
+}
+
+#[test]
 fn refusals_say_what_is_wrong() {
     let mut s = State::new(Timing::default(), 1);
     let req = pb::RegisterClientRequest { pipeline: "nope".into(), ..Default::default() };
