@@ -1,5 +1,7 @@
 //! A synchronous client for trainers without an async runtime.
 
+use std::time::Duration;
+
 use crate::batch::Batch;
 use crate::client::Client;
 use crate::error::ClientError;
@@ -46,6 +48,28 @@ impl BlockingClient {
     /// The position after the last batch returned (see [`Client::checkpoint`]).
     pub fn checkpoint(&self) -> Position {
         self.client.checkpoint()
+    }
+
+    /// Like [`Iterator::next`], but asks `interrupted` every `every` while it waits, and gives up
+    /// waiting with its error. For callers that must stay responsive while blocked, such as a
+    /// Python binding checking for Ctrl-C. Giving up never loses a batch: it drops an unfinished
+    /// plan fetch (fetched again by the next call) or, after the last epoch, the final heartbeat.
+    pub fn next_or_interrupt<E>(
+        &mut self,
+        every: Duration,
+        mut interrupted: impl FnMut() -> Result<(), E>,
+    ) -> Result<Option<Result<Batch, ClientError>>, E> {
+        let client = &mut self.client;
+        self.runtime.block_on(async move {
+            let next = client.next();
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    item = &mut next => return Ok(item),
+                    () = tokio::time::sleep(every) => interrupted()?,
+                }
+            }
+        })
     }
 
     /// The underlying async client, for its accessors.

@@ -76,6 +76,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the dispatcher answered that what was asked for does not exist (an unknown
+    /// pipeline or job).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ClientError::Refused { code: tonic::Code::NotFound, .. })
+    }
+
     /// Maps a failed dispatcher call: transport failures become [`ClientError::Unreachable`],
     /// every other status [`ClientError::Refused`] with the server's message.
     pub(crate) fn from_status(call: &'static str, address: &str, status: &tonic::Status) -> Self {
