@@ -107,6 +107,7 @@ def main() -> None:
                 break
         if epoch is None:
             break  # no epochs left in the job
+        jax.block_until_ready(params)  # JAX dispatches asynchronously: time the finished work
         seconds = time.perf_counter() - started
         print(f"epoch {epoch}: step {step}, loss {float(loss):.4f}, {images_seen / seconds:.1f} images/s")
     if args.checkpoint and params is not None:
