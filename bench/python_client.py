@@ -28,16 +28,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import granary
 from granary import _native
+from granary.testing import LocalService, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 # The manifests read by default, with the `granary run` options that make each read of the job
@@ -66,22 +64,15 @@ def binary(path: str | None) -> str:
     sys.exit("no granary binary: cargo build --release -p granary-cli, or pass --granary")
 
 
-def serve(granary_bin: str, manifest: str, workers: int, epochs: int | None) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    command = [granary_bin, "run", manifest, "--serve", "127.0.0.1:0", "--workers", str(workers)]
+def start(granary_bin: str, manifest: str, workers: int, epochs: int | None) -> LocalService:
     options = MANIFESTS.get(manifest, [])
     if epochs is not None:
-        options = [option for option in options if option != "--epochs"]
-        options = [o for i, o in enumerate(options) if i == 0 or options[i - 1] != "--epochs"] + ["--epochs", str(epochs)]
-    command += options
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout=120)
-    if not lines or not lines[0].strip():
-        process.kill()
-        sys.exit(f"{manifest}: the service did not start (is ./granary-demo there? `granary demo --no-run`)")
-    return process, json.loads(lines[0])
+        options = [o for i, o in enumerate(options) if o != "--epochs" and (i == 0 or options[i - 1] != "--epochs")]
+        options += ["--epochs", str(epochs)]
+    try:
+        return serve(granary_bin, manifest, workers=workers, options=options, cwd=ROOT)
+    except RuntimeError as error:
+        sys.exit(f"{manifest}: {error} (is ./granary-demo there? `granary demo --no-run`)")
 
 
 def read_rust(dispatcher: str, pipeline: str, job: str) -> tuple[float, int, int, float]:
@@ -118,7 +109,7 @@ def main() -> None:
     args = arguments()
     granary_bin = binary(args.granary)
     for manifest in args.manifests:
-        process, ready = serve(granary_bin, manifest, args.workers, args.epochs)
+        service = start(granary_bin, manifest, args.workers, args.epochs)
         figures: dict[str, list[tuple[float, float]]] = {"rust": [], "python": []}
         python_us_per_batch: list[float] = []
         try:
@@ -126,7 +117,7 @@ def main() -> None:
                 order = [("rust", read_rust), ("python", read_python)]
                 for name, read in order if round_ % 2 == 0 else order[::-1]:
                     seconds, batches, received, python_seconds = read(
-                        ready["dispatcher"], ready["pipeline"], f"{name}-{round_}"
+                        service.dispatcher, service.pipeline, f"{name}-{round_}"
                     )
                     figures[name].append((batches / seconds, received / seconds / 1e9))
                     if name == "python":
@@ -134,14 +125,13 @@ def main() -> None:
                     print(f"{manifest} round {round_} {name}: {batches} batches, {batches / seconds:.1f}/s, "
                           f"{received / seconds / 1e9:.3f} GB/s", file=sys.stderr)
         finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
+            service.stop()
         median = {name: (statistics.median(b for b, _ in values), statistics.median(g for _, g in values))
                   for name, values in figures.items()}
         print(json.dumps({
             "system": "granary",
             "benchmark": "python_client",
-            "pipeline": ready["pipeline"],
+            "pipeline": service.pipeline,
             "workers": args.workers,
             "options": " ".join(MANIFESTS.get(manifest, [])) if args.epochs is None else f"--epochs {args.epochs}",
             "rounds": args.rounds,

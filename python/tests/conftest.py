@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from granary.testing import LocalService, free_port, serve
+
+__all__ = ["free_port"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,48 +66,12 @@ def granary_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Service:
-    """A running `granary run --serve`."""
-
-    dispatcher: str
-    pipeline: str
-    metrics: str
-    process: subprocess.Popen[str]
-    log: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=15)
-
-
-def start_service(binary: str, manifest: Path, log: Path, *, workers: int = 2) -> Service:
-    """Starts the service and waits (at most 120 s) for the line naming its dispatcher."""
-    metrics = f"127.0.0.1:{free_port()}"
-    command = [binary, "run", str(manifest), "--serve", "127.0.0.1:0", "--workers", str(workers)]
-    command += ["--metrics-addr", metrics]
-    stderr = log.open("w")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout=120)
-    if not lines or not lines[0].strip():
-        process.kill()
-        pytest.fail(f"granary run --serve printed no address; its log:\n{log.read_text()[-4000:]}")
-    ready = json.loads(lines[0])
-    return Service(ready["dispatcher"], ready["pipeline"], metrics, process, log)
+def start_service(binary: str, manifest: Path, log: Path, *, workers: int = 2) -> LocalService:
+    """The service, with metrics; fails the test with its log when it does not start."""
+    try:
+        return serve(binary, manifest, workers=workers, metrics=True, log=log)
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +92,7 @@ def demo_data(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def service(binary: str, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def service(binary: str, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     folder = tmp_path_factory.mktemp("service")
     manifest = folder / "pipeline.yaml"
     manifest.write_text(MANIFEST.format(data=demo_data, batch=BATCH, epochs=EPOCHS))
