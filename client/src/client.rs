@@ -230,6 +230,13 @@ impl Client {
         self.session.progress().epoch
     }
 
+    /// Whether every batch of the current epoch was delivered: the next [`Client::next`] starts
+    /// the following epoch (or ends the job). Lets a caller stop at an epoch's end without
+    /// reading a batch of the next one.
+    pub fn epoch_finished(&self) -> bool {
+        self.assembler.epoch_finished()
+    }
+
     /// This consumer's index in the job.
     pub fn consumer_index(&self) -> u32 {
         self.session.consumer.consumer_index

@@ -68,20 +68,6 @@ impl Position {
         self.delivered_slots().map(|_| ())
     }
 
-    /// The position as if the batch at `slot` of `epoch` had not been delivered: for a caller
-    /// that received a batch but has not handed it on yet (the Python client holds back the
-    /// first batch of the next epoch until that epoch is iterated). Unchanged for another epoch.
-    pub fn without(&self, epoch: u32, slot: u64) -> Position {
-        let mut position = self.clone();
-        if epoch == self.epoch
-            && let Ok(mut delivered) = self.delivered_slots()
-        {
-            delivered.remove(slot);
-            position.delivered = delivered.ranges().to_vec();
-        }
-        position
-    }
-
     /// The delivered slots as a set.
     pub(crate) fn delivered_slots(&self) -> Result<SlotRanges, ClientError> {
         SlotRanges::from_ranges(&self.delivered)
@@ -113,15 +99,6 @@ mod tests {
         assert_eq!(Position::from_bytes(&position.to_bytes()).unwrap(), position);
         let replicated = Position { mode: Mode::Replicated, delivered: vec![], ..position };
         assert_eq!(Position::from_bytes(&replicated.to_bytes()).unwrap(), replicated);
-    }
-
-    #[test]
-    fn without_forgets_one_slot_of_its_epoch() {
-        let position = position();
-        assert_eq!(position.without(3, 12).delivered, vec![(0, 10)]);
-        assert_eq!(position.without(3, 4).delivered, vec![(0, 4), (5, 10), (12, 13)]);
-        assert_eq!(position.without(2, 4), position, "another epoch");
-        assert_eq!(position.without(3, 11), position, "not delivered");
     }
 
     #[test]

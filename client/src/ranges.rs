@@ -59,26 +59,6 @@ impl SlotRanges {
         }
     }
 
-    /// Removes `slot`, splitting its range if needed.
-    pub(crate) fn remove(&mut self, slot: u64) {
-        let index = self.ranges.partition_point(|&(start, _)| start <= slot);
-        if index == 0 || self.ranges[index - 1].1 <= slot {
-            return;
-        }
-        let (start, end) = self.ranges[index - 1];
-        match (start == slot, end == slot + 1) {
-            (true, true) => {
-                self.ranges.remove(index - 1);
-            }
-            (true, false) => self.ranges[index - 1].0 = slot + 1,
-            (false, true) => self.ranges[index - 1].1 = slot,
-            (false, false) => {
-                self.ranges[index - 1].1 = slot;
-                self.ranges.insert(index, (slot + 1, end));
-            }
-        }
-    }
-
     /// Number of slots in the set.
     pub(crate) fn count(&self) -> u64 {
         self.ranges.iter().map(|&(start, end)| end - start).sum()
@@ -107,21 +87,6 @@ mod tests {
         assert_eq!(set.ranges(), &[(0, 4), (5, 10)]);
         assert_eq!(set.count(), 9);
         assert!(set.contains(0) && set.contains(9) && !set.contains(4) && !set.contains(10));
-    }
-
-    #[test]
-    fn removes_split_ranges() {
-        let mut set = SlotRanges::from_ranges(&[(0, 5), (7, 8)]).unwrap();
-        set.remove(2);
-        assert_eq!(set.ranges(), &[(0, 2), (3, 5), (7, 8)]);
-        set.remove(0);
-        set.remove(4);
-        set.remove(7);
-        set.remove(9);
-        assert_eq!(set.ranges(), &[(1, 2), (3, 4)]);
-        set.remove(1);
-        set.remove(3);
-        assert!(set.ranges().is_empty());
     }
 
     #[test]

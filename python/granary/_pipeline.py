@@ -111,9 +111,6 @@ class Pipeline:
         self.mode = mode
         self._client: _native.Client | None = None
         self._resume: bytes | None = None
-        # A batch received from the client but not returned yet: the first of the next epoch,
-        # held back by `epoch()` until that epoch is iterated.
-        self._held: _native.RawBatch | None = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -135,8 +132,7 @@ class Pipeline:
     def close(self) -> None:
         """Disconnects; the next use connects again, resuming from :meth:`state_dict`."""
         if self._client is not None:
-            self._resume = self._position()
-            self._held = None
+            self._resume = self._client.checkpoint()
             self._client.close()
             self._client = None
 
@@ -152,7 +148,7 @@ class Pipeline:
         return self
 
     def __next__(self) -> Batch:
-        raw = self._next_raw()
+        raw = self.client.next()
         if raw is None:
             raise StopIteration
         return Batch(raw)
@@ -160,39 +156,23 @@ class Pipeline:
     def epoch(self) -> Iterator[Batch]:
         """The batches of the epoch in progress (or the next one, once it is finished), then
         stops: ``for epoch in range(n): for batch in pipeline.epoch(): ...``. Yields nothing
-        after the job's last epoch."""
-        first = self._next_raw()
-        if first is None:
-            return
-        current = first.epoch
-        yield Batch(first)
-        while True:
-            raw = self._next_raw()
-            if raw is None:
-                return
-            if raw.epoch != current:
-                self._held = raw
-                return
+        after the job's last epoch. It stops when the client has delivered the epoch's last
+        batch, so nothing of the next epoch is read ahead."""
+        client = self.client
+        raw = client.next()
+        while raw is not None:
             yield Batch(raw)
-
-    def _next_raw(self) -> _native.RawBatch | None:
-        if self._held is not None:
-            raw, self._held = self._held, None
-            return raw
-        return self.client.next()
+            if client.epoch_finished:
+                return
+            raw = client.next()
 
     # -- checkpoints --------------------------------------------------------------------------
-
-    def _position(self) -> bytes | None:
-        if self._client is None:
-            return self._resume
-        return self._client.checkpoint(self._held)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every batch returned so far counts as delivered. Store it with
         the training checkpoint; :meth:`load_state_dict` (in this or a new process) goes on from
         there, mid-epoch included, and no element is delivered twice or skipped."""
-        position = self._position()
+        position = self._resume if self._client is None else self._client.checkpoint()
         return {
             "version": STATE_VERSION,
             "pipeline": self.name,
@@ -217,7 +197,6 @@ class Pipeline:
         if self._client is not None:
             self._client.close()
             self._client = None
-        self._held = None
         self._resume = None if position is None else position.encode()
 
     def __repr__(self) -> str:

@@ -164,22 +164,9 @@ impl Client {
     }
 
     /// The position after the last batch returned, as bytes to store with a training checkpoint
-    /// and pass back as `position` to resume. With `excluding`, the position as if that batch
-    /// (one this client returned) had not been delivered.
-    #[pyo3(signature = (excluding=None))]
-    fn checkpoint<'py>(
-        &self,
-        py: Python<'py>,
-        excluding: Option<PyRef<'py, RawBatch>>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let excluding = excluding.map(|batch| (batch.batch.epoch, batch.batch.slot));
-        let position = self.with_client(py, |client| {
-            let position = client.checkpoint();
-            match excluding {
-                Some((epoch, slot)) => position.without(epoch, slot),
-                None => position,
-            }
-        })?;
+    /// and pass back as `position` to resume.
+    fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let position = self.with_client(py, BlockingClient::checkpoint)?;
         Ok(PyBytes::new(py, &position.to_bytes()))
     }
 
@@ -243,6 +230,13 @@ impl Client {
     #[getter]
     fn epoch(&self, py: Python<'_>) -> PyResult<u32> {
         self.with_client(py, |client| client.client().epoch())
+    }
+
+    /// Whether every batch of the current epoch was returned: the next `next()` starts the
+    /// following epoch (or ends the job).
+    #[getter]
+    fn epoch_finished(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_client(py, |client| client.client().epoch_finished())
     }
 
     /// Batch parts dropped as duplicates so far (replays, re-sent parts).

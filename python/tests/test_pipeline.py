@@ -116,9 +116,9 @@ def test_resumes_mid_epoch_in_a_new_process(service, tmp_path, run_python):
     assert_exactly_once([tuple(item) for item in first["received"] + second["received"]])
 
 
-def test_resumes_at_an_epoch_boundary_without_losing_the_held_batch(service, tmp_path, run_python):
-    # Pipeline.epoch() stops when the first batch of the next epoch arrives, and holds it back:
-    # the state must not count it as delivered.
+def test_resumes_at_an_epoch_boundary(service, tmp_path, run_python):
+    # Pipeline.epoch() stops after the epoch's last batch: the state is "epoch 0 complete", and
+    # the next process gets all of epoch 1.
     script = HERE / "resume_step.py"
     first = json.loads(run_python(script, service.dispatcher, service.pipeline, "boundary", "-", "epochs:1"))
     assert {epoch for epoch, _ in first["received"]} == {0}
