@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from granary.testing import LocalService, free_port, serve
-
-__all__ = ["free_port"]
+from granary.testing import LocalService, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the PyTorch
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from conftest import EPOCHS, IMAGES, free_port  # noqa: E402
+from conftest import EPOCHS, IMAGES  # noqa: E402
+from granary.testing import free_port  # noqa: E402
 from granary.torch import IterableDataset, to_tensors  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
