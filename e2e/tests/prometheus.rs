@@ -96,12 +96,25 @@ scrape_configs:
             .spawn()
             .expect("prometheus starts");
         let prometheus = Prometheus { child, addr, _dir: dir };
+        // It listens before its storage is open, and answers 503 until then: wait for /-/ready.
         let start = Instant::now();
-        while std::net::TcpStream::connect(&prometheus.addr).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "Prometheus did not listen within 30 s");
+        while !prometheus.ready() {
+            assert!(start.elapsed() < Duration::from_secs(30), "Prometheus was not ready within 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
         prometheus
+    }
+
+    /// Whether `GET /-/ready` answers 200.
+    fn ready(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.addr) else { return false };
+        let request = format!("GET /-/ready HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.addr);
+        let mut response = String::new();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).is_ok()
+            && stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut response).is_ok()
+            && response.starts_with("HTTP/1.1 200")
     }
 
     fn api(&self, path: &str, params: &[(&str, String)]) -> Value {
