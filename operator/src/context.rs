@@ -54,6 +54,8 @@ pub struct Tracked {
     pub completion_published: bool,
     /// When status was last written.
     pub status_written: Option<Instant>,
+    /// The failure of the last reconcile, published as an Event; `None` after a success.
+    pub reconcile_failure: Option<String>,
 }
 
 /// A running autoscaler.

@@ -29,6 +29,10 @@ impl OperatorMetrics {
             )
             .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         )?;
+        // Both results exist from the start, at 0: an error ratio reads 0, not "no data".
+        for result in ["ok", "error"] {
+            reconciles.with_label_values(&[result]);
+        }
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(leader.clone()))?;

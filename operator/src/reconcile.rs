@@ -49,12 +49,69 @@ pub async fn reconcile(pipeline: Arc<InputPipeline>, ctx: Arc<Context>) -> Resul
     let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer::finalizer(&api, FINALIZER, pipeline, |event| async {
         match event {
-            Finalizing::Apply(p) => apply(p, &ctx).await,
+            Finalizing::Apply(p) => {
+                let outcome = apply(p.clone(), &ctx).await;
+                match &outcome {
+                    Ok(_) => tracked(&p, &ctx, |t| t.reconcile_failure = None),
+                    Err(e) => report_failure(&p, &ctx, e).await,
+                }
+                outcome
+            }
             Finalizing::Cleanup(p) => cleanup(p, &ctx).await,
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Says why a reconcile failed where the pipeline's owner looks: a Warning Event
+/// `ReconcileFailed` (once per distinct failure) and `Ready=False` with the same reason and
+/// message in status. Writing status may itself be forbidden; that is logged.
+async fn report_failure(p: &InputPipeline, ctx: &Context, error: &Error) {
+    let why = explain(error);
+    let fresh = tracked(p, ctx, |t| {
+        let fresh = t.reconcile_failure.as_deref() != Some(why.as_str());
+        t.reconcile_failure = Some(why.clone());
+        fresh
+    });
+    if fresh {
+        ctx.notifier.publish(&p.object_ref(&()), Note::warning("ReconcileFailed", why.clone())).await;
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
+    let next = status::failed_reconcile(p.status.as_ref(), p.meta().generation, &why, &now.to_string());
+    if p.status.as_ref() == Some(&next) {
+        return;
+    }
+    let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status_patch(p.status.as_ref(), &next) });
+    if let Err(e) = api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        tracing::warn!(pipeline = %p.name_any(), "cannot report the failed reconcile in status: {e}");
+    }
+}
+
+/// Runs `f` on what the operator tracks of `p`.
+fn tracked<T>(p: &InputPipeline, ctx: &Context, f: impl FnOnce(&mut crate::context::Tracked) -> T) -> T {
+    let key = pipeline_key(&p.namespace().unwrap_or_default(), &p.name_any());
+    ctx.with(&key, &p.uid().unwrap_or_default(), f)
+}
+
+/// `error` in words, with the fix when the API refused for lack of permission.
+pub fn explain(error: &Error) -> String {
+    let text = error.to_string();
+    let forbidden = match error {
+        Error::Kube(kube::Error::Api(status)) => status.code == 403,
+        Error::Finalizer(inner) => inner.to_string().contains("forbidden"),
+        Error::Scale(e) => e.to_string().contains("forbidden"),
+        _ => false,
+    };
+    if forbidden {
+        format!(
+            "{text} (the operator's ServiceAccount lacks this permission: grant it as the Helm chart's \
+             ClusterRole does, see charts/granary/templates/rbac.yaml)"
+        )
+    } else {
+        text
+    }
 }
 
 /// Requeues a failed reconcile after a pause.

@@ -71,6 +71,7 @@ pub async fn run(
     // stores): rustls refuses to guess when more than one provider is compiled in.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let client = kube::Client::try_default().await.map_err(|e| OperatorError::Client(e.to_string()))?;
+    note_server_version(&client).await;
     let listener = tokio::net::TcpListener::bind(options.dispatcher_listen)
         .await
         .map_err(|e| OperatorError::Setup(format!("cannot listen on {}: {e}", options.dispatcher_listen)))?;
@@ -184,4 +185,42 @@ async fn lead(
     let _ = stop_dispatcher.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
     result
+}
+
+/// Logs the API server's version, and warns when it is too old to evaluate the CRD's CEL rules
+/// (`x-kubernetes-validations`, Kubernetes 1.25+): such a server admits specs those rules reject,
+/// and the operator's own validation reports them as `Ready=False`, reason `InvalidSpec`, instead.
+async fn note_server_version(client: &kube::Client) {
+    match client.apiserver_version().await {
+        Ok(info) if cel_missing(&info.major, &info.minor) => tracing::warn!(
+            version = %info.git_version,
+            "this API server predates Kubernetes 1.25 and does not run the InputPipeline CRD's CEL rules \
+             (x-kubernetes-validations): specs they reject are admitted, then reported as Ready=False, \
+             reason InvalidSpec, by the operator's own validation"
+        ),
+        Ok(info) => tracing::info!(version = %info.git_version, "API server"),
+        Err(e) => tracing::warn!("cannot read the API server's version: {e}"),
+    }
+}
+
+/// Whether a server of version `major.minor` lacks CRD validation rules (before 1.25). Minor
+/// versions may carry a `+` suffix (e.g. `20+`).
+fn cel_missing(major: &str, minor: &str) -> bool {
+    let number = |s: &str| s.trim_end_matches('+').parse::<u32>().ok();
+    matches!((number(major), number(minor)), (Some(1), Some(minor)) if minor < 25)
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::cel_missing;
+
+    #[test]
+    fn servers_before_1_25_lack_cel_rules() {
+        assert!(cel_missing("1", "20"));
+        assert!(cel_missing("1", "24+"));
+        assert!(!cel_missing("1", "25"));
+        assert!(!cel_missing("1", "33"));
+        assert!(!cel_missing("2", "0"));
+        assert!(!cel_missing("1", "x"));
+    }
 }

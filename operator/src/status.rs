@@ -195,13 +195,7 @@ pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: 
         }
     };
     let mut conditions = vec![ready, scaling, caching, degraded];
-    for c in &mut conditions {
-        let before = previous.and_then(|p| p.conditions.iter().find(|b| b.type_ == c.type_));
-        c.last_transition_time = match before {
-            Some(b) if b.status == c.status => b.last_transition_time.clone(),
-            _ => Some(now.to_string()),
-        };
-    }
+    stamp(&mut conditions, previous, now);
     let registered = o.registration == Registration::Registered;
     InputPipelineStatus {
         phase: Some(phase),
@@ -215,6 +209,45 @@ pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: 
         observed_generation: o.generation,
         conditions,
     }
+}
+
+/// Gives each condition its `lastTransitionTime`: the previous one while its status holds, else
+/// `now`.
+fn stamp(conditions: &mut [PipelineCondition], previous: Option<&InputPipelineStatus>, now: &str) {
+    for c in conditions {
+        let before = previous.and_then(|p| p.conditions.iter().find(|b| b.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(b) if b.status == c.status => b.last_transition_time.clone(),
+            _ => Some(now.to_string()),
+        };
+    }
+}
+
+/// The status after a reconcile of `generation` failed for `why` (an API call the operator could
+/// not make, e.g. one its RBAC forbids): `Ready=False` and `Degraded=True` with reason
+/// `ReconcileFailed` and `why` as their message, phase `Degraded`; figures and the other
+/// conditions stay as they were.
+pub fn failed_reconcile(
+    previous: Option<&InputPipelineStatus>,
+    generation: Option<i64>,
+    why: &str,
+    now: &str,
+) -> InputPipelineStatus {
+    let mut next = previous.cloned().unwrap_or_default();
+    let mut failed = vec![
+        condition("Ready", false, "ReconcileFailed", why),
+        condition("Degraded", true, "ReconcileFailed", why),
+    ];
+    stamp(&mut failed, previous, now);
+    for c in failed {
+        match next.conditions.iter_mut().find(|b| b.type_ == c.type_) {
+            Some(slot) => *slot = c,
+            None => next.conditions.push(c),
+        }
+    }
+    next.phase = Some(PipelinePhase::Degraded);
+    next.observed_generation = generation;
+    next
 }
 
 fn stage(c: &CacheStatus) -> &str {
@@ -361,5 +394,25 @@ mod tests {
         assert_eq!(throughput, Some(120.0));
         assert_eq!(wait, Some(0.375));
         assert_eq!(rates(&MetricsSnapshot::default(), 8), (None, None));
+    }
+
+    #[test]
+    fn a_failed_reconcile_says_why_and_keeps_the_rest() {
+        let running = status(None, &observed(Registration::Registered, 2, 2), "t0");
+        let why = "cannot scale Deployment `p-workers` to 3: forbidden";
+        let failed = failed_reconcile(Some(&running), Some(4), why, "t1");
+        assert_eq!(failed.phase, Some(PipelinePhase::Degraded));
+        assert_eq!(failed.observed_generation, Some(4));
+        assert_eq!(failed.workers, running.workers);
+        let ready = failed.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("ReconcileFailed")));
+        assert_eq!(ready.message.as_deref(), Some(why));
+        assert_eq!(ready.last_transition_time.as_deref(), Some("t1"));
+        let scaling = failed.conditions.iter().find(|c| c.type_ == "Scaling").expect("Scaling");
+        assert_eq!(scaling.last_transition_time.as_deref(), Some("t0"), "untouched");
+        // The same failure again keeps its transition time.
+        let again = failed_reconcile(Some(&failed), Some(4), why, "t2");
+        let ready = again.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+        assert_eq!(ready.last_transition_time.as_deref(), Some("t1"));
     }
 }
