@@ -70,16 +70,26 @@ impl KubernetesPool {
             .patch_scale(&self.name, &scale_params(), &Patch::Merge(&patch))
             .await
             .map(drop)
-            .map_err(|e| PoolError(format!("cannot scale Deployment `{}` to {n}: {e}", self.name)))
+            .map_err(|e| {
+                PoolError(format!("cannot scale Deployment `{}` to {n}: {}", self.name, api_message(&e)))
+            })
     }
 
     /// The Deployment's `status.replicas`: worker pods that exist.
     pub async fn running(&self) -> Result<u32, PoolError> {
-        let scale =
-            self.deployments.get_scale(&self.name).await.map_err(|e| {
-                PoolError(format!("cannot read the scale of Deployment `{}`: {e}", self.name))
-            })?;
+        let scale = self.deployments.get_scale(&self.name).await.map_err(|e| {
+            PoolError(format!("cannot read the scale of Deployment `{}`: {}", self.name, api_message(&e)))
+        })?;
         Ok(scale.status.map_or(0, |s| s.replicas.max(0) as u32))
+    }
+}
+
+/// What the API server said, for an error it answered (its `Status` message and reason, without
+/// the debug dump kube's `Display` appends); otherwise the error as it displays.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({} {})", status.message, status.code, status.reason),
+        other => other.to_string(),
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", pool::api_message(.0))]
     Kube(#[from] kube::Error),
     /// Adding or removing the finalizer failed.
     #[error("finalizer: {0}")]
