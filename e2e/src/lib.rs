@@ -2,6 +2,8 @@
 //! dispatcher (`run --serve`) and workers (`worker`), and consumer processes, all on 127.0.0.1.
 //! Every wait is bounded; every child is killed when its handle drops.
 
+pub mod node;
+pub mod prometheus;
 pub mod s3;
 
 use std::collections::BTreeMap;
@@ -211,8 +213,13 @@ pub struct Consumer {
 
 /// Starts `granary-e2e-consume` with `args` after `--dispatcher ADDR --pipeline e2e`.
 pub fn start_consumer(dispatcher: &str, args: &[&str]) -> Consumer {
+    start_consumer_for(dispatcher, "e2e", args)
+}
+
+/// Starts `granary-e2e-consume` with `args` after `--dispatcher ADDR --pipeline PIPELINE`.
+pub fn start_consumer_for(dispatcher: &str, pipeline: &str, args: &[&str]) -> Consumer {
     let mut child = Command::new(consume_bin())
-        .args(["--dispatcher", dispatcher, "--pipeline", "e2e"])
+        .args(["--dispatcher", dispatcher, "--pipeline", pipeline])
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
