@@ -1,12 +1,17 @@
 //! `granary operator` against a real Kubernetes API server.
 //!
 //! Set `GRANARY_E2E_KUBECONFIG` to the path of a kubeconfig with cluster-admin rights to run these;
-//! without it every test prints one `skipped: ...` line and passes. Each test creates a fresh
-//! namespace, installs the `InputPipeline` CRD by server-side apply, starts `granary operator` as a
-//! child process of the test (outside the cluster, `KUBECONFIG` pointing at the same file) watching
-//! only that namespace, and at the end deletes the pipelines (while the operator still runs, so
-//! that it removes its finalizer), stops the operator and deletes the namespace, also when the test
-//! failed.
+//! without it every test prints one `skipped: ...` line and passes. scripts/test runs them against
+//! the control plane of e2e/cluster (kube-apiserver, kube-controller-manager and kube-scheduler
+//! 1.20 built from Debian's source package, and the test node agent `granary-e2e-node`, which runs
+//! the pods bound to its Node as local processes).
+//!
+//! Each test creates a fresh namespace, installs the `InputPipeline` CRD, applies the Helm chart's
+//! ServiceAccount and RBAC for a release in that namespace (see `identity.rs`), and starts
+//! `granary operator` as a child process of the test, outside the cluster, authenticated as that
+//! ServiceAccount (never as admin), watching only that namespace. At the end it deletes the
+//! pipelines (while the operator still runs, so that it removes its finalizer), stops the operator
+//! and deletes the namespace and the chart's ClusterRole, also when the test failed.
 //!
 //! The API server may be as old as Kubernetes 1.20 and may run alone, without
 //! kube-controller-manager, scheduler or nodes:
@@ -14,14 +19,17 @@
 //!   rejects may be admitted and then reported as `Ready=False` with reason `InvalidSpec`;
 //! - without kube-controller-manager there is no garbage collector, so owned objects outlive their
 //!   owner: the deletion test then checks the ownerReferences only, and says so;
-//! - without a Ready node no worker pod runs: the test that needs one skips, and says so.
+//! - without a Ready node no worker pod runs: the tests that need one skip, and say so.
 //!
-//! Settings: `GRANARY_E2E_IMAGE` (worker image, default `ghcr.io/granary-dev/granary:0.1.0`),
-//! `GRANARY_BIN` (the `granary` binary, default the one built next to the tests), and for clusters
-//! whose pods can reach the machine running the tests, `GRANARY_E2E_DISPATCHER_LISTEN` (default
-//! `127.0.0.1:0`) and `GRANARY_E2E_DISPATCHER_ADVERTISE` (what workers dial; default the operator's
-//! own default, `granary-dispatcher.<namespace>.svc:7070`, which nothing serves in these tests).
-//! Operator logs go to the test's stderr.
+//! Settings: `GRANARY_E2E_IMAGE` (worker image, default `ghcr.io/granary-dev/granary:0.1.0`; the
+//! node agent ignores it), `GRANARY_BIN` (the `granary` binary, default the one built next to the
+//! tests), `GRANARY_HELM` (Helm 3, default the one scripts/test installs), and for clusters whose
+//! pods run elsewhere, `GRANARY_E2E_DISPATCHER_LISTEN` (default `127.0.0.1:<a free port>`) and
+//! `GRANARY_E2E_DISPATCHER_ADVERTISE` (what workers dial; default the listen address, right for
+//! workers on this host). Operator logs go to the test's stderr.
+
+mod identity;
+mod running;
 
 use anyhow::{Context, Result, bail, ensure};
 use granary_crds::InputPipeline;
@@ -50,6 +58,8 @@ const KUBECONFIG_VAR: &str = "GRANARY_E2E_KUBECONFIG";
 const DEFAULT_IMAGE: &str = "ghcr.io/granary-dev/granary:0.1.0";
 /// The operator's field manager, Event reportingController and `managed-by` label value.
 const OPERATOR: &str = "granary-operator";
+/// The field manager of the operator's writes through the scale subresource.
+const SCALE_MANAGER: &str = "granary-autoscaler";
 /// The operator's finalizer on every InputPipeline.
 const FINALIZER: &str = "granary.dev/cleanup";
 /// The field manager of what the tests themselves apply.
@@ -107,6 +117,24 @@ async fn deleted_pipeline_is_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_run_and_are_counted() {
     run_test("running", workers_running).await;
+}
+
+/// The whole loop: pipeline → workers → a trainer's epochs exactly once → the autoscaler scales and
+/// pods follow → status and Events explain → deletion stops the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_runs_scales_and_stops_on_a_node() {
+    run_test("loop", running::whole_loop).await;
+}
+
+/// Without `patch` on `deployments/scale`, the failure is reported in status and an Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_reported() {
+    run_test_with(
+        "forbidden",
+        |rbac| identity::without_permission(rbac, "deployments/scale", "patch"),
+        running::missing_permission,
+    )
+    .await;
 }
 
 /// The pipelines these tests create are valid or invalid for granary's own validation as the
@@ -225,6 +253,23 @@ async fn scaling_through_scale_subresource(c: Cluster) -> Result<()> {
         "the Deployment manifest {OPERATOR} applies owns spec.replicas (it must go through the scale \
          subresource only): {applied}"
     );
+    if c.version >= (1, 21) {
+        let owners: Vec<&str> = deployment
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some()))
+            .filter_map(|m| m.manager.as_deref())
+            .collect();
+        ensure!(owners.contains(&SCALE_MANAGER), "spec.replicas is owned by {owners:?}, not {SCALE_MANAGER}");
+    } else {
+        eprintln!(
+            "skipped the check that {SCALE_MANAGER} owns spec.replicas: API server {}.{} predates 1.21, \
+             where writes through the scale subresource record no field manager",
+            c.version.0, c.version.1
+        );
+    }
 
     // From fixed 2 to auto 3..4: the autoscaler keeps the pool within its bounds.
     c.patch_spec(
@@ -384,12 +429,6 @@ async fn workers_running(c: Cluster) -> Result<()> {
         return Ok(());
     };
     eprintln!("node {node} is Ready");
-    if std::env::var_os("GRANARY_E2E_DISPATCHER_ADVERTISE").is_none() {
-        eprintln!(
-            "note: GRANARY_E2E_DISPATCHER_ADVERTISE is unset, so the worker dials the operator's default \
-             dispatcher address, which the operator running outside the cluster does not serve"
-        );
-    }
     let name = "running";
     c.create_pipeline(name, with_scaling(json!({"policy": "fixed", "replicas": 1}))).await?;
     c.wait_workers(name).await?;
@@ -470,13 +509,36 @@ where
     F: FnOnce(Cluster) -> Fut,
     Fut: Future<Output = Result<()>> + 'static,
 {
+    run_test_with(test, |_| Ok(()), body).await;
+}
+
+/// [`run_test`] with the chart's RBAC objects changed by `edit` before they are applied.
+async fn run_test_with<F, Fut>(test: &str, edit: impl FnOnce(&mut Vec<Value>) -> Result<()>, body: F)
+where
+    F: FnOnce(Cluster) -> Fut,
+    Fut: Future<Output = Result<()>> + 'static,
+{
     let Some(kubeconfig) = kubeconfig_or_skip(test) else { return };
     let binary = granary_e2e::granary_bin();
     let client = connect(&kubeconfig).await.unwrap_or_else(|e| panic!("{test}: {e:#}"));
     install_crd(&client).await.unwrap_or_else(|e| panic!("{test}: {e:#}"));
-    let ns = TestNamespace::create(&client, test).await.unwrap_or_else(|e| panic!("{test}: {e:#}"));
+    let mut ns = TestNamespace::create(&client, test).await.unwrap_or_else(|e| panic!("{test}: {e:#}"));
     let identity = format!("e2e-{}", ns.suffix);
-    let outcome = match Operator::start(&binary, &kubeconfig, &ns.name, &identity).await {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: a temporary directory: {e}"));
+    let operator_kubeconfig = dir.path().join("operator.kubeconfig");
+    let started = async {
+        let mut rbac = identity::chart_rbac(&ns.name)?;
+        edit(&mut rbac)?;
+        ns.cluster_scoped = identity::apply(&client, &ns.name, TEST_MANAGER, &rbac).await?;
+        let account = identity::service_account(&rbac)?;
+        identity::service_account_kubeconfig(&client, &kubeconfig, &ns.name, &account, &operator_kubeconfig)
+            .await?;
+        eprintln!("the operator runs as ServiceAccount {}/{account} under the chart's RBAC", ns.name);
+        let journal = dir.path().join("journal");
+        std::fs::create_dir_all(&journal).context("the journal folder")?;
+        Operator::start(&binary, &operator_kubeconfig, &journal, &ns.name, &identity).await
+    };
+    let outcome = match started.await {
         Ok(operator) => {
             let cluster = Cluster {
                 client: client.clone(),
@@ -484,6 +546,7 @@ where
                 identity,
                 dispatcher: operator.dispatcher.clone(),
                 metrics: operator.metrics.clone(),
+                version: operator_version(&client).await,
             };
             let local = tokio::task::LocalSet::new();
             let task = local.spawn_local(body(cluster));
@@ -518,6 +581,15 @@ fn kubeconfig_or_skip(test: &str) -> Option<PathBuf> {
             );
             None
         }
+    }
+}
+
+/// The API server's `(major, minor)` version; `(1, 0)` when unreadable.
+async fn operator_version(client: &Client) -> (u32, u32) {
+    let number = |s: &str| s.trim_end_matches('+').parse::<u32>().unwrap_or(0);
+    match client.apiserver_version().await {
+        Ok(info) => (number(&info.major), number(&info.minor)),
+        Err(_) => (1, 0),
     }
 }
 
@@ -622,6 +694,8 @@ struct TestNamespace {
     name: String,
     /// The unique part of the name.
     suffix: String,
+    /// Cluster-scoped objects made for the test, `(kind, name)`: deleted with the namespace.
+    cluster_scoped: Vec<(String, String)>,
 }
 
 impl TestNamespace {
@@ -647,7 +721,7 @@ impl TestNamespace {
             .await
             .with_context(|| format!("creating namespace {name}"))?;
         eprintln!("namespace {name}");
-        Ok(Self { client: client.clone(), name, suffix })
+        Ok(Self { client: client.clone(), name, suffix, cluster_scoped: Vec::new() })
     }
 
     fn pipelines(&self) -> Api<DynamicObject> {
@@ -686,6 +760,7 @@ impl TestNamespace {
                 }
             }
         }
+        identity::delete_cluster_scoped(&self.client, &self.cluster_scoped).await;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         if let Err(e) = namespaces.delete(&self.name, &DeleteParams::default()).await {
             eprintln!("cleanup: deleting namespace {}: {e}", self.name);
@@ -703,21 +778,31 @@ struct Operator {
 }
 
 impl Operator {
-    /// Starts the operator on namespace `ns` and waits (up to 60 s) for the line
+    /// Starts the operator on namespace `ns`, journaling in folder `journal`, and waits (up to 60 s) for the line
     /// `{"dispatcher": "...", "metrics": "..."}` it prints on stdout once it serves. Its other
     /// stdout lines are copied to stderr; its stderr is the test's.
-    async fn start(binary: &Path, kubeconfig: &Path, ns: &str, identity: &str) -> Result<Self> {
+    async fn start(
+        binary: &Path,
+        kubeconfig: &Path,
+        journal: &Path,
+        ns: &str,
+        identity: &str,
+    ) -> Result<Self> {
         let image = env_nonempty("GRANARY_E2E_IMAGE").unwrap_or_else(|| DEFAULT_IMAGE.to_string());
-        let listen =
-            env_nonempty("GRANARY_E2E_DISPATCHER_LISTEN").unwrap_or_else(|| "127.0.0.1:0".to_string());
+        // Workers run on this host (the test node agent runs pods as local processes), where the
+        // in-cluster default address does not resolve: they dial the address the dispatcher
+        // listens on.
+        let listen = env_nonempty("GRANARY_E2E_DISPATCHER_LISTEN")
+            .unwrap_or_else(|| format!("127.0.0.1:{}", granary_e2e::free_port()));
+        let advertise = env_nonempty("GRANARY_E2E_DISPATCHER_ADVERTISE").unwrap_or_else(|| listen.clone());
         let mut command = Command::new(binary);
         command
             .args(["operator", "--namespace", ns, "--lease-namespace", ns, "--identity", identity])
-            .args(["--dispatcher-listen", &listen, "--metrics-addr", "127.0.0.1:0"])
+            .args(["--dispatcher-listen", &listen, "--dispatcher-advertise", &advertise])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .arg("--journal")
+            .arg(journal)
             .args(["--worker-image", &image, "--policy-period", "2"]);
-        if let Some(advertise) = env_nonempty("GRANARY_E2E_DISPATCHER_ADVERTISE") {
-            command.args(["--dispatcher-advertise", &advertise]);
-        }
         let mut child = command
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
@@ -815,6 +900,8 @@ struct Cluster {
     dispatcher: String,
     /// Where the operator serves `/metrics`, `/healthz` and `/readyz`.
     metrics: String,
+    /// The API server's `(major, minor)` version.
+    version: (u32, u32),
 }
 
 impl Cluster {
