@@ -303,6 +303,18 @@ pub fn assert_exactly_once<'a>(seen: impl IntoIterator<Item = &'a Seen>, keys: &
     }
 }
 
+/// Writes `lines` JSON lines `{"x": i}` over `files` files `part-NNN.jsonl` in `dir` (one split
+/// each, so that several workers can share an epoch).
+pub fn write_numbers(dir: &Path, lines: usize, files: usize) -> std::io::Result<()> {
+    let per_file = lines / files;
+    for f in 0..files {
+        let text: Vec<String> =
+            (f * per_file..(f + 1) * per_file).map(|i| format!("{{\"x\": {i}}}")).collect();
+        std::fs::write(dir.join(format!("part-{f:03}.jsonl")), text.join("\n") + "\n")?;
+    }
+    Ok(())
+}
+
 /// A free port on 127.0.0.1 right now (bound and released; another process may take it first,
 /// which the tests would report as a failure to bind).
 pub fn free_port() -> u16 {

@@ -28,12 +28,7 @@ fn oracle(step_ms: u64) -> u32 {
 fn pipeline(dir: &std::path::Path) -> std::path::PathBuf {
     let data = dir.join("numbers");
     std::fs::create_dir_all(&data).expect("data folder");
-    let per_file = LINES / FILES;
-    for f in 0..FILES {
-        let lines: Vec<String> =
-            (f * per_file..(f + 1) * per_file).map(|i| format!("{{\"x\": {i}}}")).collect();
-        std::fs::write(data.join(format!("part-{f:03}.jsonl")), lines.join("\n") + "\n").expect("data");
-    }
+    write_numbers(&data, LINES, FILES).expect("data");
     let manifest = dir.join("pipeline.yaml");
     std::fs::write(
         &manifest,

@@ -22,17 +22,6 @@ const STEP_MS: &str = "2";
 /// How long the autoscaler gets to raise the count, and the pods to follow.
 const SCALE_DEADLINE: Duration = Duration::from_secs(90);
 
-/// Writes `LINES` JSON lines over `FILES` files in `dir`.
-fn write_numbers(dir: &Path) -> Result<()> {
-    let per_file = LINES / FILES;
-    for f in 0..FILES {
-        let lines: Vec<String> =
-            (f * per_file..(f + 1) * per_file).map(|i| format!("{{\"x\": {i}}}")).collect();
-        std::fs::write(dir.join(format!("part-{f:03}.jsonl")), lines.join("\n") + "\n")?;
-    }
-    Ok(())
-}
-
 /// The pids of the worker processes the node agent runs for `name`'s pods that are Running and
 /// Ready (the agent reports each as containerID `granary-e2e://<pid>`), checked alive in /proc.
 async fn live_workers(c: &Cluster, name: &str) -> Result<Vec<u32>> {
@@ -90,7 +79,7 @@ pub async fn whole_loop(c: Cluster) -> Result<()> {
         return Ok(());
     };
     let data = tempfile::tempdir()?;
-    write_numbers(data.path())?;
+    granary_e2e::write_numbers(data.path(), LINES, FILES)?;
     let metrics = c.metrics.clone();
     let prometheus =
         tokio::task::spawn_blocking(move || Prometheus::start_static("granary-operator", &[&metrics]))
