@@ -51,7 +51,8 @@ fn the_worker_pod_runs_granary_bin_with_mapped_ports_and_expanded_env() {
     assert_eq!(l.env["GRANARY_DISPATCHER"], "granary-dispatcher.ns.svc:7070");
     assert_eq!((l.env["PATH"].as_str(), l.env["GRANARY_LOG"].as_str()), ("/bin", "debug"));
     assert_eq!((l.env["HOME"].as_str(), l.env["TMPDIR"].as_str()), ("/state/tmp", "/state/tmp"));
-    assert_eq!(l.env.len(), 8);
+    assert_eq!(l.env["NO_COLOR"], "1");
+    assert_eq!(l.env.len(), 9);
 }
 
 #[test]
