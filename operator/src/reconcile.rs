@@ -77,14 +77,11 @@ async fn report_failure(p: &InputPipeline, ctx: &Context, error: &Error) {
     if fresh {
         ctx.notifier.publish(&p.object_ref(&()), Note::warning("ReconcileFailed", why.clone())).await;
     }
-    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
-    let next = status::failed_reconcile(p.status.as_ref(), p.meta().generation, &why, &now.to_string());
+    let next = status::failed_reconcile(p.status.as_ref(), p.meta().generation, &why, &now());
     if p.status.as_ref() == Some(&next) {
         return;
     }
-    let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-    let patch = serde_json::json!({ "status": status_patch(p.status.as_ref(), &next) });
-    if let Err(e) = api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+    if let Err(e) = patch_status(p, ctx, &next).await {
         tracing::warn!(pipeline = %p.name_any(), "cannot report the failed reconcile in status: {e}");
     }
 }
@@ -100,7 +97,7 @@ pub fn explain(error: &Error) -> String {
     let text = error.to_string();
     let forbidden = match error {
         Error::Kube(kube::Error::Api(status)) => status.code == 403,
-        Error::Finalizer(inner) => inner.to_string().contains("forbidden"),
+        // The pool's error carries the API's message only.
         Error::Scale(e) => e.to_string().contains("forbidden"),
         _ => false,
     };
@@ -390,19 +387,27 @@ async fn write_status(
     uid: &str,
     observed: &Observed,
 ) -> Result<InputPipelineStatus, Error> {
-    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
-    let next = status::status(p.status.as_ref(), observed, &now.to_string());
+    let next = status::status(p.status.as_ref(), observed, &now());
     let substance_changed = p.status.as_ref().map(substance) != Some(substance(&next));
     let stale =
         ctx.with(key, uid, |t| t.status_written.is_none_or(|at| at.elapsed() >= ctx.config.status_period));
     if substance_changed || (stale && p.status.as_ref() != Some(&next)) {
-        let namespace = p.namespace().unwrap_or_default();
-        let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = serde_json::json!({ "status": status_patch(p.status.as_ref(), &next) });
-        api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        patch_status(p, ctx, &next).await?;
         ctx.with(key, uid, |t| t.status_written = Some(Instant::now()));
     }
     Ok(next)
+}
+
+/// Now, to the second, as status timestamps are written (RFC 3339).
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default().to_string()
+}
+
+/// Merge-patches `p`'s status from what it holds to `next`.
+async fn patch_status(p: &InputPipeline, ctx: &Context, next: &InputPipelineStatus) -> kube::Result<()> {
+    let api: Api<InputPipeline> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status_patch(p.status.as_ref(), next) });
+    api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
 }
 
 /// A merge patch from `previous` to `next`: `next`, plus `null` for each field `next` no longer
