@@ -7,6 +7,7 @@ pub mod autoscaler;
 pub mod cache_io;
 pub mod catalog;
 pub mod exposition;
+pub mod host;
 pub mod journal;
 pub mod plan;
 pub mod pool;
