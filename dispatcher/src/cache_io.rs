@@ -2,12 +2,12 @@
 //! arrives, touching entries pipelines start reading, and evicting entries by age and budget.
 //! Every store call runs outside the state lock.
 
-use crate::service::{Dispatcher, require};
+use crate::service::{Dispatcher, now_unix_s};
 use granary_proto::v1 as pb;
 use granary_store::cache::{CacheStore, EvictionRules, Fingerprint, plan_eviction};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tonic::Status;
 
 /// How often entries are checked for eviction while some pipeline caches.
@@ -26,26 +26,21 @@ pub struct Evicted {
     pub objects: u64,
 }
 
-fn now_unix_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 impl Dispatcher {
-    /// `ReportCacheProfile`: lists what the store already holds of each measured cut, then
-    /// decides. A decision triggers an eviction pass.
-    pub(crate) async fn cache_profile(&self, req: pb::ReportCacheProfileRequest) -> Result<(), Status> {
-        require("worker_id", &req.worker_id)?;
-        require("pipeline", &req.pipeline)?;
-        let Some(profile) = req.profile else {
-            return Err(Status::invalid_argument("`profile` is missing"));
-        };
-        let store = self.state().cache_store_of(&req.pipeline);
+    /// `ReportCacheProfile` of `pipeline` (its fields checked by the caller): lists what the
+    /// store already holds of each measured cut, then decides. A decision triggers an eviction
+    /// pass.
+    pub(crate) async fn cache_profile(
+        &self,
+        pipeline: String,
+        generation: u64,
+        profile: pb::CacheProfile,
+    ) -> Result<(), Status> {
+        let store = self.state().cache_store_of(&pipeline);
         let existing = match store {
             Some((url, true)) if profile.error.is_empty() => existing_splits(&url, &profile).await,
             _ => BTreeMap::new(),
         };
-        let pipeline = req.pipeline.clone();
-        let generation = req.generation;
         let decision =
             self.mutate(move |s, now| s.cache_profile(&pipeline, generation, profile, existing, now)).await?;
         if decision.is_some() {
@@ -53,25 +48,6 @@ impl Dispatcher {
             tokio::spawn(async move { me.evict_caches().await });
         }
         Ok(())
-    }
-
-    /// Rewrites the last-used time of entries pipelines started reading, in the background.
-    pub(crate) fn touch_entries(&self, touches: Vec<(String, String)>) {
-        if touches.is_empty() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        runtime.spawn(async move {
-            for (url, fp) in touches {
-                let touched = match (CacheStore::open(&url), Fingerprint::parse(&fp)) {
-                    (Ok(store), Ok(fp)) => store.touch(&fp, now_unix_s()).await,
-                    (Err(e), _) | (_, Err(e)) => Err(e),
-                };
-                if let Err(e) = touched {
-                    tracing::warn!(store = %url, fingerprint = %fp, "cannot touch the cache entry: {e}");
-                }
-            }
-        });
     }
 
     /// One eviction pass over every cache store in use: entries past the TTL, then the least

@@ -2,10 +2,12 @@
 //! registration and epoch plans for clients, liveness, metric snapshots for the policies, a
 //! journal so a restarted dispatcher resumes where it was, and the `WorkerPool` it scales.
 
+pub mod api;
 pub mod autoscaler;
 pub mod cache_io;
 pub mod catalog;
 pub mod exposition;
+pub mod host;
 pub mod journal;
 pub mod plan;
 pub mod pool;

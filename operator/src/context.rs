@@ -1,18 +1,16 @@
 //! What every reconcile shares: the API client, the dispatcher this operator hosts, the
-//! settings, and what the operator remembers about each pipeline between reconciles (the
-//! registered generation, its autoscaler, which decisions were already published).
+//! settings, the autoscalers of the control-plane host, and what the operator remembers about
+//! each pipeline between reconciles (the registered generation, which decisions were already
+//! published).
 
 use crate::config::OperatorConfig;
 use crate::events::Notifier;
 use crate::pool::Sizing;
 use granary_dispatcher::Dispatcher;
-use granary_dispatcher::autoscaler::Scaling;
-use granary_dispatcher::exposition::Exposition;
+use granary_dispatcher::host::Autoscalers;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -20,12 +18,12 @@ pub struct Context {
     pub client: kube::Client,
     /// The dispatcher this operator hosts.
     pub dispatcher: Dispatcher,
+    /// The pipelines' autoscalers, run by the control-plane host (by dispatcher key).
+    pub autoscalers: Autoscalers,
     /// Settings.
     pub config: OperatorConfig,
     /// Publishes Events.
     pub notifier: Notifier,
-    /// The metrics the autoscalers report through, when served.
-    pub exposition: Option<Arc<Exposition>>,
     tracked: Mutex<HashMap<String, Tracked>>,
 }
 
@@ -44,8 +42,6 @@ pub struct Tracked {
     pub problem: Option<String>,
     /// The sizing applied.
     pub sizing: Option<Sizing>,
-    /// The autoscaler, for `policy: auto`.
-    pub autoscaler: Option<AutoscalerHandle>,
     /// Scaling decisions already published.
     pub scalings_published: u64,
     /// The cache decision already published.
@@ -58,42 +54,16 @@ pub struct Tracked {
     pub reconcile_failure: Option<String>,
 }
 
-/// A running autoscaler.
-pub struct AutoscalerHandle {
-    /// Stops it.
-    pub stop: oneshot::Sender<()>,
-    /// Its report.
-    pub scaling: Scaling,
-}
-
-impl AutoscalerHandle {
-    /// Stops the autoscaler (nothing happens when it already ended).
-    pub fn stop(self) {
-        let _ = self.stop.send(());
-    }
-}
-
 impl Context {
     /// A context for the given parts.
     pub fn new(
         client: kube::Client,
         dispatcher: Dispatcher,
+        autoscalers: Autoscalers,
         config: OperatorConfig,
         notifier: Notifier,
     ) -> Context {
-        Context {
-            client,
-            dispatcher,
-            config,
-            notifier,
-            exposition: None,
-            tracked: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Reports each autoscaler's target and decisions through `exposition`.
-    pub fn with_exposition(self, exposition: Arc<Exposition>) -> Context {
-        Context { exposition: Some(exposition), ..self }
+        Context { client, dispatcher, autoscalers, config, notifier, tracked: Mutex::new(HashMap::new()) }
     }
 
     /// The remembered pipelines; never held across an await.
@@ -101,13 +71,14 @@ impl Context {
         self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the record of `key` (created empty, or afresh when `uid` differs).
+    /// Runs `f` on the record of `key` (created empty, or afresh, its autoscaler stopped, when
+    /// `uid` differs).
     pub fn with<T>(&self, key: &str, uid: &str, f: impl FnOnce(&mut Tracked) -> T) -> T {
         let mut tracked = self.tracked();
         let entry = tracked.entry(key.to_string()).or_default();
         if entry.uid != uid {
-            if let Some(old) = entry.autoscaler.take() {
-                old.stop();
+            if !entry.uid.is_empty() {
+                self.autoscalers.stop(key);
             }
             *entry = Tracked { uid: uid.to_string(), ..Tracked::default() };
         }
@@ -116,27 +87,7 @@ impl Context {
 
     /// Forgets `key`, stopping its autoscaler.
     pub fn forget(&self, key: &str) {
-        self.stop_autoscaler(key);
+        self.autoscalers.stop(key);
         self.tracked().remove(key);
-    }
-
-    /// Stops the autoscaler of `key`, if one runs, and drops its metrics.
-    pub fn stop_autoscaler(&self, key: &str) {
-        if let Some(exposition) = &self.exposition {
-            exposition.untrack_scaling(key);
-        }
-        let running = self.tracked().get_mut(key).and_then(|t| t.autoscaler.take());
-        if let Some(a) = running {
-            a.stop();
-        }
-    }
-
-    /// Stops every autoscaler (on shutdown or lost leadership).
-    pub fn stop_all(&self) {
-        for t in self.tracked().values_mut() {
-            if let Some(a) = t.autoscaler.take() {
-                a.stop();
-            }
-        }
     }
 }

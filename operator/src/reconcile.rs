@@ -4,14 +4,14 @@
 //! generation changes nothing but status figures.
 
 use crate::config::{FINALIZER, MANAGER};
-use crate::context::{AutoscalerHandle, Context};
+use crate::context::Context;
 use crate::events::{Note, new_cache_decision, new_scalings};
 use crate::objects::{self, pipeline_key, workers_name};
 use crate::pool::{self, KubernetesPool, Sizing};
 use crate::status::{self, Observed, Registration};
 use granary_crds::{InputPipeline, InputPipelineStatus};
-use granary_dispatcher::autoscaler::{Autoscaler, SharedPool};
-use granary_policies::{GranaryConfig, GranaryPolicy};
+use granary_dispatcher::autoscaler::SharedPool;
+use granary_dispatcher::host::Autoscaling;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
@@ -218,7 +218,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
     let ready = applied.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0).max(0) as u32;
 
     // Decisions since the last reconcile become Events.
-    let scaling = ctx.with(&key, &uid, |t| t.autoscaler.as_ref().map(|a| a.scaling.report()));
+    let scaling = ctx.autoscalers.scaling(&key).map(|s| s.report());
     let cache = ctx.dispatcher.cache_report(&key);
     let (scalings, cache_note, completion) = ctx.with(&key, &uid, |t| {
         let scalings = match &scaling {
@@ -301,9 +301,8 @@ async fn size(
 ) -> Result<u32, Error> {
     let wanted = pool::sizing(&p.spec);
     let current = applied.spec.as_ref().and_then(|s| s.replicas).map(|n| n.max(0) as u32);
-    let same = ctx.with(key, uid, |t| {
-        t.sizing.as_ref() == Some(&wanted) && (t.autoscaler.is_some() || matches!(wanted, Sizing::Fixed(_)))
-    });
+    let same = ctx.with(key, uid, |t| t.sizing.as_ref() == Some(&wanted))
+        && (matches!(wanted, Sizing::Fixed(_)) || ctx.autoscalers.is_running(key));
     let name = workers_name(&p.name_any());
     let kubernetes = KubernetesPool::new(deployments.clone(), &name);
     match &wanted {
@@ -316,17 +315,13 @@ async fn size(
                 );
                 ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
             }
-            ctx.stop_autoscaler(key);
-            if let Some(exposition) = &ctx.exposition {
-                exposition.track_fixed(key, *n);
-            }
+            ctx.autoscalers.fixed(key, *n);
             ctx.with(key, uid, |t| t.sizing = Some(wanted.clone()));
             Ok(*n)
         }
         Sizing::Auto(bounds) => {
             if same {
-                let desired =
-                    ctx.with(key, uid, |t| t.autoscaler.as_ref().map(|a| a.scaling.report().desired));
+                let desired = ctx.autoscalers.scaling(key).map(|s| s.report().desired);
                 return Ok(desired.unwrap_or_else(|| current.unwrap_or(0)));
             }
             let initial = pool::initial(&wanted, current);
@@ -341,38 +336,12 @@ async fn size(
                 ctx.notifier.publish(&p.object_ref(&()), Note::normal("Scaled", text)).await;
             }
             let period = ctx.config.policy_period;
-            let policy = GranaryPolicy::new(GranaryConfig::for_period(period.as_secs_f64()));
-            let shared: SharedPool = Arc::new(tokio::sync::Mutex::new(kubernetes));
-            let autoscaler = Autoscaler::new(
-                ctx.dispatcher.clone(),
-                key,
-                Box::new(policy),
-                shared,
-                bounds.clone(),
-                period,
-                initial,
-            );
-            let scaling = autoscaler.scaling();
-            if let Some(exposition) = &ctx.exposition {
-                exposition.track_scaling(key, scaling.clone());
-            }
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let pool: SharedPool = Arc::new(tokio::sync::Mutex::new(kubernetes));
             // The first evaluation waits a period: the workers just started, nothing is measured.
-            tokio::spawn(async move {
-                let stopped = async move { drop(stopped.await) };
-                tokio::pin!(stopped);
-                tokio::select! {
-                    () = &mut stopped => return,
-                    () = tokio::time::sleep(period) => {}
-                }
-                autoscaler.run(stopped).await;
-            });
-            ctx.with(key, uid, |t| {
-                if let Some(old) = t.autoscaler.replace(AutoscalerHandle { stop, scaling }) {
-                    old.stop();
-                }
-                t.sizing = Some(wanted.clone());
-            });
+            let autoscaling =
+                Autoscaling { pool, bounds: bounds.clone(), period, initial, first_after: period };
+            ctx.autoscalers.start(key, autoscaling);
+            ctx.with(key, uid, |t| t.sizing = Some(wanted.clone()));
             Ok(initial)
         }
     }

@@ -1,5 +1,6 @@
 //! The operator process: probes and metrics from the start; the leader election; once leading,
-//! the dispatcher (its journal replayed, its gRPC API served) and the controller. Losing the
+//! the control plane (the dispatcher's journal replayed, its gRPC API served, autoscalers
+//! reported through the operator's metrics) and the controller. Losing the
 //! Lease ends the process (Kubernetes restarts it as a follower), so two dispatchers never
 //! serve at once for longer than the Lease's grace.
 
@@ -9,6 +10,7 @@ use crate::events::Notifier;
 use crate::leader::Candidacy;
 use crate::metrics::OperatorMetrics;
 use granary_dispatcher::exposition::Exposition;
+use granary_dispatcher::host::{ControlPlane, HostError, HostOptions, Metrics};
 use granary_dispatcher::{Catalog, Dispatcher, DispatcherConfig};
 use granary_telemetry::MetricsServer;
 use std::net::SocketAddr;
@@ -50,13 +52,16 @@ pub enum OperatorError {
     /// Another replica took the Lease.
     #[error("lost the leader Lease to another replica; restarting as a follower")]
     Deposed,
-    /// The dispatcher could not start.
+    /// The control plane could not start, or its dispatcher's server failed.
     #[error(transparent)]
-    Dispatcher(#[from] granary_dispatcher::DispatcherError),
+    ControlPlane(#[from] HostError),
     /// A port could not be bound or metrics could not be set up.
     #[error("{0}")]
     Setup(String),
 }
+
+/// How long the autoscalers and the dispatcher's server get to stop when leadership ends.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the operator until `shutdown` completes (then it steps down cleanly) or leadership is
 /// lost. `catalog` lists sources for the dispatcher. `bound` hears the bound addresses of the
@@ -145,22 +150,20 @@ async fn lead(
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), OperatorError> {
     tracing::info!(identity = %options.identity, "leading: starting the dispatcher and the controller");
-    let config = DispatcherConfig { journal: options.journal.clone(), ..Default::default() };
-    let dispatcher = Dispatcher::new(config, catalog).await?;
-    *refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dispatcher.clone());
-    let (stop_dispatcher, dispatcher_stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = {
-        let d = dispatcher.clone();
-        tokio::spawn(async move { d.serve(listener, async { drop(dispatcher_stopped.await) }).await })
+    // The operator serves the metrics itself, with its probes, from before it leads.
+    let host = HostOptions {
+        dispatcher: DispatcherConfig { journal: options.journal.clone(), ..Default::default() },
+        metrics: Metrics::Report(exposition.clone()),
     };
+    let mut plane = ControlPlane::start(host, catalog, listener).await?;
+    let dispatcher = plane.dispatcher().clone();
+    *refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dispatcher.clone());
     ready.store(true, Ordering::Relaxed);
     metrics.leading(true);
 
     let notifier = Notifier::new(client.clone(), &options.identity);
-    let ctx = Arc::new(
-        Context::new(client, dispatcher, options.config.clone(), notifier)
-            .with_exposition(exposition.clone()),
-    );
+    let ctx =
+        Arc::new(Context::new(client, dispatcher, plane.autoscalers(), options.config.clone(), notifier));
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(crate::controller::run(
         ctx.clone(),
@@ -168,22 +171,16 @@ async fn lead(
         metrics.clone(),
         async move { drop(controller_stopped.await) },
     ));
-    let mut serving = serving;
     let result = tokio::select! {
         () = stopped => Ok(()),
         () = candidacy.deposed() => Err(OperatorError::Deposed),
-        served = &mut serving => match served {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(e) => Err(OperatorError::Setup(format!("the dispatcher task failed: {e}"))),
-        },
+        served = plane.served() => served.map_err(OperatorError::from),
     };
     ready.store(false, Ordering::Relaxed);
     let _ = stop_controller.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
-    ctx.stop_all();
-    let _ = stop_dispatcher.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    // The workers are the Deployments': they outlive this leader, and the next one adopts them.
+    plane.stop(STOP_GRACE).await;
     result
 }
 

@@ -1,17 +1,15 @@
-//! Starting the local service: dispatcher, registration, the worker processes and, when the pool
-//! is sized automatically, the autoscaler.
+//! Starting the local service on the control-plane host: the dispatcher, registration, the worker
+//! processes as the host's pool and, when the pool is sized automatically, the autoscaler.
 
 use super::catalog::WorkerCatalog;
 use anyhow::Context;
-use granary_dispatcher::autoscaler::{Autoscaler, Scaling, SharedPool};
-use granary_dispatcher::exposition::Exposition;
-use granary_dispatcher::{Dispatcher, DispatcherConfig, ProcessPool, WorkerPool};
-use granary_policies::{GranaryConfig, GranaryPolicy, PoolConfig};
-use granary_telemetry::MetricsServer;
+use granary_dispatcher::autoscaler::Scaling;
+use granary_dispatcher::host::{Autoscaling, ControlPlane, HostOptions, Metrics};
+use granary_dispatcher::{Dispatcher, DispatcherConfig, ProcessPool};
+use granary_policies::PoolConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// How many workers the local service runs.
 #[derive(Clone, Debug)]
@@ -46,10 +44,8 @@ pub struct LocalService {
     pub address: SocketAddr,
     /// The pipeline's name.
     pub pipeline: String,
-    pool: Arc<tokio::sync::Mutex<ProcessPool>>,
+    plane: ControlPlane,
     scaling: Option<Scaling>,
-    stops: Vec<oneshot::Sender<()>>,
-    server: tokio::task::JoinHandle<()>,
 }
 
 /// What to start.
@@ -90,93 +86,55 @@ impl LocalService {
         manifest: &granary_crds::Manifest,
         options: &ServiceOptions,
     ) -> anyhow::Result<LocalService> {
-        let config = DispatcherConfig {
-            journal: options.journal.clone(),
-            cache_max_bytes: options.cache_max_bytes,
-            ..Default::default()
-        };
-        let dispatcher = Dispatcher::new(config, Arc::new(WorkerCatalog)).await?;
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .with_context(|| format!("cannot listen on {}", options.listen))?;
-        let address = listener.local_addr()?;
+        let host = HostOptions {
+            dispatcher: DispatcherConfig {
+                journal: options.journal.clone(),
+                cache_max_bytes: options.cache_max_bytes,
+                ..Default::default()
+            },
+            metrics: options.metrics_addr.map_or(Metrics::Off, Metrics::Serve),
+        };
+        let mut plane = ControlPlane::start(host, Arc::new(WorkerCatalog), listener).await?;
+        let dispatcher = plane.dispatcher().clone();
+        let address = plane.address();
         let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
-        dispatcher.register(&pipeline, manifest).await?;
-        let mut stops = Vec::new();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = {
-            let d = dispatcher.clone();
-            tokio::spawn(async move {
-                if let Err(e) = d.serve(listener, async { drop(stopped.await) }).await {
-                    tracing::error!("dispatcher stopped: {e}");
+        let started = match dispatcher.register(&pipeline, manifest).await {
+            Ok(_) => match worker_processes(options, address, &pipeline) {
+                Ok(workers) => {
+                    plane.own_pool(workers, options.sizing.initial()).await.map_err(anyhow::Error::from)
                 }
-            })
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e.into()),
         };
-        stops.push(stop);
-        let program = std::env::current_exe().context("cannot find the granary binary to start workers")?;
-        let mut args = vec![
-            "worker".to_string(),
-            "--dispatcher".to_string(),
-            address.to_string(),
-            "--pipeline".to_string(),
-            pipeline.clone(),
-            "--threads".to_string(),
-            options.worker_threads().to_string(),
-            "--prefetch-bytes".to_string(),
-            options.prefetch_bytes.clone(),
-        ];
-        if options.normalize_on_worker {
-            args.push("--normalize-on-worker".to_string());
-        }
-        if let Some(addr) = options.metrics_addr {
-            // Each worker serves its own metrics on a free port of the same interface; the
-            // dispatcher lists them at `/targets` for Prometheus.
-            args.push("--metrics-addr".to_string());
-            args.push(SocketAddr::new(addr.ip(), 0).to_string());
-        }
-        // Each worker would otherwise advertise, or serve metrics on, this process's address.
-        let mut pool =
-            ProcessPool::new(program, args).without_env(&["GRANARY_ADVERTISE", "GRANARY_METRICS_ADDR"]);
-        pool.scale_to(options.sizing.initial()).await?;
-        let pool = Arc::new(tokio::sync::Mutex::new(pool));
+        let pool = match started {
+            Ok(pool) => pool,
+            Err(e) => {
+                plane.stop(Duration::ZERO).await;
+                return Err(e);
+            }
+        };
+        let autoscalers = plane.autoscalers();
         let scaling = match &options.sizing {
-            Sizing::Fixed(_) => None,
-            Sizing::Auto { pool: bounds, period } => {
-                let shared: SharedPool = pool.clone();
-                let policy = GranaryPolicy::new(GranaryConfig::for_period(period.as_secs_f64()));
-                let autoscaler = Autoscaler::new(
-                    dispatcher.clone(),
-                    &pipeline,
-                    Box::new(policy),
-                    shared,
-                    bounds.clone(),
-                    *period,
-                    bounds.lower(),
-                );
-                let scaling = autoscaler.scaling();
-                let (stop, stopped) = oneshot::channel::<()>();
-                tokio::spawn(autoscaler.run(async move { drop(stopped.await) }));
-                stops.insert(0, stop);
-                Some(scaling)
+            Sizing::Fixed(n) => {
+                autoscalers.fixed(&pipeline, *n);
+                None
             }
+            Sizing::Auto { pool: bounds, period } => autoscalers.start(
+                &pipeline,
+                Autoscaling {
+                    pool,
+                    bounds: bounds.clone(),
+                    period: *period,
+                    initial: bounds.lower(),
+                    first_after: Duration::ZERO,
+                },
+            ),
         };
-        if let Some(addr) = options.metrics_addr {
-            let exposition = Exposition::new()?;
-            match (&scaling, &options.sizing) {
-                (Some(scaling), _) => exposition.track_scaling(&pipeline, scaling.clone()),
-                (None, sizing) => exposition.track_fixed(&pipeline, sizing.initial()),
-            }
-            let exposition = Arc::new(exposition);
-            let server = MetricsServer::bind(addr, exposition.registry()).await?;
-            let d = dispatcher.clone();
-            let server = server.with_refresh(Arc::new(move || exposition.refresh(&d)));
-            let d = dispatcher.clone();
-            let server = server.with_targets(Arc::new(move || d.metrics_targets()));
-            let (stop, stopped) = oneshot::channel::<()>();
-            server.spawn(async move { drop(stopped.await) });
-            stops.push(stop);
-        }
-        Ok(LocalService { dispatcher, address, pipeline, pool, scaling, stops, server })
+        Ok(LocalService { dispatcher, address, pipeline, plane, scaling })
     }
 
     /// The autoscaler's report, when the pool is sized automatically.
@@ -193,17 +151,38 @@ impl LocalService {
 
     /// Stops the autoscaler, then the workers (they drain, for up to `grace`), then the
     /// dispatcher, so that draining workers can still give their leases back.
-    pub async fn stop(mut self, grace: Duration) {
-        let mut stops = std::mem::take(&mut self.stops).into_iter();
-        if self.scaling.is_some()
-            && let Some(autoscaler) = stops.next()
-        {
-            let _ = autoscaler.send(());
-        }
-        self.pool.lock().await.stop_within(grace).await;
-        for stop in stops {
-            let _ = stop.send(());
-        }
-        let _ = self.server.await;
+    pub async fn stop(self, grace: Duration) {
+        self.plane.stop(grace).await;
     }
+}
+
+/// The pool of `granary worker` processes serving `pipeline` from the dispatcher at `address`.
+fn worker_processes(
+    options: &ServiceOptions,
+    address: SocketAddr,
+    pipeline: &str,
+) -> anyhow::Result<ProcessPool> {
+    let program = std::env::current_exe().context("cannot find the granary binary to start workers")?;
+    let mut args = vec![
+        "worker".to_string(),
+        "--dispatcher".to_string(),
+        address.to_string(),
+        "--pipeline".to_string(),
+        pipeline.to_string(),
+        "--threads".to_string(),
+        options.worker_threads().to_string(),
+        "--prefetch-bytes".to_string(),
+        options.prefetch_bytes.clone(),
+    ];
+    if options.normalize_on_worker {
+        args.push("--normalize-on-worker".to_string());
+    }
+    if let Some(addr) = options.metrics_addr {
+        // Each worker serves its own metrics on a free port of the same interface; the
+        // dispatcher lists them at `/targets` for Prometheus.
+        args.push("--metrics-addr".to_string());
+        args.push(SocketAddr::new(addr.ip(), 0).to_string());
+    }
+    // Each worker would otherwise advertise, or serve metrics on, this process's address.
+    Ok(ProcessPool::new(program, args).without_env(&["GRANARY_ADVERTISE", "GRANARY_METRICS_ADDR"]))
 }

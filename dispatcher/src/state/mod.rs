@@ -3,19 +3,15 @@
 //! tested directly.
 
 mod cache;
-mod cache_config;
-mod cache_inputs;
-mod cache_leases;
-mod cache_report;
 mod consumers;
 mod events;
 mod leases;
 mod tallies;
 
-pub use cache::{PROFILE_WAIT_MS, StoreUse};
-pub use cache_config::CacheConfig;
-pub use cache_inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
-pub use cache_report::{CACHE_STATES, CacheReport, EpochCache};
+pub use cache::{
+    CACHE_STATES, CacheConfig, CacheReport, DEFAULT_RETENTION_HOURS, EpochCache, PROFILE_WAIT_MS,
+    STORAGE_PER_GB_MONTH, StoreUse,
+};
 pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
@@ -503,7 +499,5 @@ pub(crate) fn check_name(field: &str, value: &str) -> Result<(), DispatchError> 
     Ok(())
 }
 
-#[cfg(test)]
-mod cache_tests;
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ use crate::pool::KubernetesPool;
 use crate::reconcile::reconcile;
 use granary_crds::InputPipeline;
 use granary_crds::Manifest;
+use granary_dispatcher::host::Autoscalers;
 use granary_dispatcher::{Catalog, Dispatcher, DispatcherConfig};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -37,13 +38,19 @@ async fn context(client: kube::Client, reachable: bool) -> Arc<Context> {
         status_period: Duration::from_secs(10),
     };
     let exposition = Arc::new(granary_dispatcher::exposition::Exposition::new().unwrap());
-    let ctx = Context::new(client.clone(), dispatcher, config, Notifier::new(client, "operator-0"));
-    Arc::new(ctx.with_exposition(exposition))
+    let autoscalers = Autoscalers::new(dispatcher.clone(), Some(exposition));
+    Arc::new(Context::new(
+        client.clone(),
+        dispatcher,
+        autoscalers,
+        config,
+        Notifier::new(client, "operator-0"),
+    ))
 }
 
 /// The operator's metrics as scraped now.
 fn scrape(ctx: &Context) -> String {
-    let exposition = ctx.exposition.as_ref().unwrap();
+    let exposition = ctx.autoscalers.exposition().unwrap();
     exposition.refresh(&ctx.dispatcher);
     granary_telemetry::render(&exposition.registry())
 }
@@ -260,7 +267,7 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     expect_event(&mut server, "Registered").await;
     server.expect("PATCH", &format!("{PIPELINES}/p/status"), status_reply(&object)).await;
     task.await.unwrap().unwrap();
-    assert!(ctx.tracked().get("ns/p").is_some_and(|t| t.autoscaler.is_some()));
+    assert!(ctx.tracked().get("ns/p").is_some() && ctx.autoscalers.is_running("ns/p"));
     let metrics = scrape(&ctx);
     assert!(metrics.contains("granary_workers_desired{namespace=\"ns\",pipeline=\"p\"} 1"), "{metrics}");
 
@@ -276,6 +283,7 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     task.await.unwrap().unwrap();
     assert!(ctx.dispatcher.pipelines().is_empty());
     assert!(ctx.tracked().get("ns/p").is_none(), "the autoscaler stopped with it");
+    assert!(!ctx.autoscalers.is_running("ns/p"), "the autoscaler stopped with it");
     assert!(
         !scrape(&ctx).contains("granary_workers_desired{namespace=\"ns\",pipeline=\"p\"}"),
         "its series went too"

@@ -3,7 +3,17 @@
 //! URL and fingerprint): which splits are complete, bad, or being written. Pure like the rest
 //! of the state: no I/O, the time comes in as milliseconds.
 
-use super::cache_config::CacheConfig;
+mod config;
+mod inputs;
+mod leases;
+mod report;
+#[cfg(test)]
+mod tests;
+
+pub use config::CacheConfig;
+pub use inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
+pub use report::{CACHE_STATES, CacheReport, EpochCache};
+
 use super::{DispatchError, Event, State};
 use granary_crds::CachePolicy;
 use granary_policies::caching::{self as policy, Action, CacheDecision, Predicted};
@@ -238,7 +248,7 @@ impl State {
             stage: String::new(),
             epoch,
         };
-        let inputs = super::cache_inputs::inputs(self, name, profile);
+        let inputs = inputs::inputs(self, name, profile);
         let rate = if inputs.compute_s_per_element > 0.0 {
             inputs.cores / inputs.compute_s_per_element
         } else {

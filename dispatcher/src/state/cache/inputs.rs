@@ -1,7 +1,7 @@
 //! The autocacher's inputs: a worker's measured profile, the entries' complete splits, the
 //! pipeline's size, progress and workers, and the prices of its spec.
 
-use super::State;
+use crate::state::State;
 use granary_policies::caching::{Boundary, CacheCosts, CacheInputs, StoreRates};
 use granary_proto::v1 as pb;
 

@@ -1,8 +1,8 @@
 //! What the autocacher decided for a pipeline and what the cache did in each epoch, for status,
 //! summaries and benchmarks.
 
-use super::State;
-use super::cache::EpochStats;
+use super::EpochStats;
+use crate::state::State;
 use granary_policies::caching::{Action, CacheDecision};
 use serde::Serialize;
 

@@ -1,6 +1,6 @@
 //! Cache tasks of leases, and what completions and lost leases change in the entries.
 
-use super::{Event, State};
+use crate::state::{Event, State};
 use granary_proto::v1 as pb;
 
 impl State {

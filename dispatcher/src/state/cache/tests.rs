@@ -2,7 +2,7 @@
 //! cache tasks after it,
 //! completions update entries, and the journal rebuilds all of it.
 
-use super::*;
+use crate::state::*;
 use granary_policies::caching::Action;
 use granary_proto::v1 as pb;
 
@@ -93,7 +93,7 @@ fn mode(lease: &pb::Lease) -> pb::CacheMode {
 }
 
 fn finish(s: &mut State, lease: &pb::Lease, outcome: pb::CacheOutcome) {
-    let req = pb::CompleteSplitRequest { cache: Some(outcome), ..super::tests::completion(lease) };
+    let req = pb::CompleteSplitRequest { cache: Some(outcome), ..crate::state::tests::completion(lease) };
     s.complete(&req).unwrap();
 }
 

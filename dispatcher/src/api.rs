@@ -1,0 +1,234 @@
+//! The dispatcher's gRPC face: the tonic service over [`Dispatcher`], each request's fields
+//! checked at the edge, and the server that runs it with the liveness and eviction tickers.
+
+use crate::cache_io::EVICTION_PERIOD;
+use crate::service::{Dispatcher, DispatcherError, status};
+use granary_crds::Manifest;
+use granary_proto::v1 as pb;
+use granary_proto::v1::dispatcher_server::{self, DispatcherServer};
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+impl Dispatcher {
+    /// The gRPC service, to add to a tonic server.
+    pub fn service(&self) -> DispatcherServer<Dispatcher> {
+        DispatcherServer::new(self.clone())
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_encoding_message_size(granary_proto::MAX_MESSAGE_BYTES)
+    }
+
+    /// Serves the gRPC API on `listener` until `shutdown` resolves, expiring silent workers and
+    /// consumers as time passes.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), DispatcherError> {
+        let ticker = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tick.tick().await;
+                    let now = me.now();
+                    me.state().expire(now);
+                }
+            })
+        };
+        let evictor = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(EVICTION_PERIOD);
+                loop {
+                    tick.tick().await;
+                    if me.state().caching() {
+                        me.evict_caches().await;
+                    }
+                }
+            })
+        };
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let result = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .http2_adaptive_window(Some(true))
+            .add_service(self.service())
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+        ticker.abort();
+        evictor.abort();
+        result.map_err(DispatcherError::from)
+    }
+}
+
+/// Largest request the dispatcher accepts; its requests are small.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// Refuses an empty required field, naming it.
+fn require(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("`{field}` is empty")));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl dispatcher_server::Dispatcher for Dispatcher {
+    async fn register_pipeline(
+        &self,
+        request: Request<pb::RegisterPipelineRequest>,
+    ) -> Result<Response<pb::RegisterPipelineResponse>, Status> {
+        let req = request.into_inner();
+        require("name", &req.name)?;
+        let pipeline: granary_crds::InputPipeline = serde_json::from_str(&req.manifest_json)
+            .map_err(|e| Status::invalid_argument(format!("`manifest_json` is not an InputPipeline: {e}")))?;
+        let problems = granary_crds::validate(&pipeline.spec);
+        if !problems.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "invalid spec:\n{}",
+                granary_crds::Problems(problems)
+            )));
+        }
+        let manifest = Manifest { pipeline, base_dir: req.base_dir.into() };
+        let info = self.register(&req.name, &manifest).await.map_err(|e| match e {
+            DispatcherError::Refused(d) => status(d),
+            other => Status::internal(other.to_string()),
+        })?;
+        Ok(Response::new(pb::RegisterPipelineResponse { pipeline: Some(info) }))
+    }
+
+    async fn get_pipeline(
+        &self,
+        request: Request<pb::GetPipelineRequest>,
+    ) -> Result<Response<pb::PipelineInfo>, Status> {
+        let req = request.into_inner();
+        require("name", &req.name)?;
+        self.state().pipeline_info(&req.name).map(Response::new).map_err(status)
+    }
+
+    async fn register_worker(
+        &self,
+        request: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let req = request.into_inner();
+        let (worker_id, revoked) = self.mutate(|s, now| s.register_worker(&req, now)).await?;
+        let timing = self.state().timing();
+        tracing::info!(worker = %worker_id, address = %req.address, "worker registered");
+        Ok(Response::new(pb::RegisterWorkerResponse {
+            worker_id,
+            heartbeat_interval_ms: timing.heartbeat_ms,
+            lease_duration_ms: timing.lease_ms as u32,
+            revoked,
+        }))
+    }
+
+    async fn worker_heartbeat(
+        &self,
+        request: Request<pb::WorkerHeartbeatRequest>,
+    ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        self.mutate(|s, now| s.worker_heartbeat(&req, now)).await.map(Response::new)
+    }
+
+    async fn lease_split(
+        &self,
+        request: Request<pb::LeaseSplitRequest>,
+    ) -> Result<Response<pb::LeaseSplitResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        let lease = self.mutate(|s, now| s.lease(&req.worker_id, now)).await?;
+        let retry_after_ms = if lease.is_some() { 0 } else { 50 };
+        Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms }))
+    }
+
+    async fn renew_lease(
+        &self,
+        request: Request<pb::RenewLeaseRequest>,
+    ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        let revoked = self.mutate(|s, now| s.renew(&req.worker_id, &req.leases, now)).await?;
+        Ok(Response::new(pb::RenewLeaseResponse { revoked }))
+    }
+
+    async fn complete_split(
+        &self,
+        request: Request<pb::CompleteSplitRequest>,
+    ) -> Result<Response<pb::CompleteSplitResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        self.mutate(|s, _| s.complete(&req)).await?;
+        Ok(Response::new(pb::CompleteSplitResponse {}))
+    }
+
+    async fn return_lease(
+        &self,
+        request: Request<pb::ReturnLeaseRequest>,
+    ) -> Result<Response<pb::ReturnLeaseResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        self.mutate(|s, _| s.give_back(&req.worker_id, req.lease_id)).await?;
+        Ok(Response::new(pb::ReturnLeaseResponse {}))
+    }
+
+    async fn register_client(
+        &self,
+        request: Request<pb::RegisterClientRequest>,
+    ) -> Result<Response<pb::RegisterClientResponse>, Status> {
+        let req = request.into_inner();
+        self.mutate(|s, now| s.register_client(&req, now)).await.map(Response::new)
+    }
+
+    async fn client_heartbeat(
+        &self,
+        request: Request<pb::ClientHeartbeatRequest>,
+    ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
+        let req = request.into_inner();
+        require("client_id", &req.client_id)?;
+        self.mutate(|s, now| s.client_heartbeat(&req, now)).await.map(Response::new)
+    }
+
+    async fn get_epoch_plan(
+        &self,
+        request: Request<pb::GetEpochPlanRequest>,
+    ) -> Result<Response<pb::EpochPlan>, Status> {
+        let req = request.into_inner();
+        require("pipeline", &req.pipeline)?;
+        self.mutate(|s, _| s.epoch_plan(&req)).await.map(Response::new)
+    }
+
+    async fn request_replay(
+        &self,
+        request: Request<pb::RequestReplayRequest>,
+    ) -> Result<Response<pb::RequestReplayResponse>, Status> {
+        let req = request.into_inner();
+        require("client_id", &req.client_id)?;
+        let queued = self.mutate(|s, _| s.request_replay(&req)).await?;
+        if !queued.is_empty() {
+            tracing::info!(job = %req.job, consumer = req.consumer_index, epoch = req.epoch, ?queued, "replaying splits for a consumer");
+        }
+        Ok(Response::new(pb::RequestReplayResponse { queued }))
+    }
+
+    async fn list_workers(
+        &self,
+        request: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let req = request.into_inner();
+        Ok(Response::new(pb::ListWorkersResponse { workers: self.state().workers_of(&req.pipeline) }))
+    }
+
+    async fn report_cache_profile(
+        &self,
+        request: Request<pb::ReportCacheProfileRequest>,
+    ) -> Result<Response<pb::ReportCacheProfileResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        require("pipeline", &req.pipeline)?;
+        let Some(profile) = req.profile else {
+            return Err(Status::invalid_argument("`profile` is missing"));
+        };
+        self.cache_profile(req.pipeline, req.generation, profile).await?;
+        Ok(Response::new(pb::ReportCacheProfileResponse {}))
+    }
+}
