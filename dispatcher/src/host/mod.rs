@@ -50,8 +50,8 @@ pub enum HostError {
     #[error(transparent)]
     Dispatcher(#[from] DispatcherError),
     /// The listener handed in has no address.
-    #[error("the dispatcher's listener: {0}")]
-    Listener(#[source] std::io::Error),
+    #[error("the dispatcher's listener has no address: {0}")]
+    Listener(std::io::Error),
     /// The metrics endpoint could not be set up.
     #[error("{0}")]
     Metrics(String),
