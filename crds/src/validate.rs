@@ -5,6 +5,7 @@
 //! before it is cropped, tokens exist only after tokenization), which operators fit which source
 //! format, and whether the cache point lies in the deterministic prefix.
 
+pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
 use crate::ops::op_info;
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
@@ -16,12 +17,6 @@ use std::collections::HashMap;
 
 /// Largest accepted `spec.batch.size`.
 pub const MAX_BATCH_SIZE: u32 = 1_000_000;
-
-/// URL schemes Granary can read and write.
-pub const SUPPORTED_SCHEMES: &[&str] = &["file", "s3", "gs", "az", "azure", "abfs", "abfss", "memory"];
-
-const URL_FORMS: &str = "file:///absolute/path/, s3://bucket/prefix/, gs://bucket/prefix/, \
-     az://container/prefix/ or memory:///prefix/ (in a manifest file, also file:relative/path/)";
 
 /// Checks `spec` and returns every problem found (empty when valid).
 pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
@@ -54,72 +49,6 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
         check_cache(cache, &spec.stages, &mut problems);
     }
     problems
-}
-
-/// Checks an object-store URL at `path`: it parses, its scheme is supported, and it names a
-/// bucket (or container, or host) where the scheme needs one. Problems go to `problems`.
-pub fn check_url(url: &str, path: &str, problems: &mut Vec<Problem>) {
-    let mut bad = |message: String| problems.push(Problem::new(path, message));
-    if url.trim().is_empty() {
-        bad(format!("must not be empty; give an object-store URL: {URL_FORMS}"));
-        return;
-    }
-    if url.trim() != url {
-        bad(format!("`{url}` has spaces around it; remove them"));
-        return;
-    }
-    if url.starts_with("//") || !crate::manifest::has_scheme(url) {
-        bad(format!("`{url}` has no scheme; write {URL_FORMS}"));
-        return;
-    }
-    if let Some(rest) = url.strip_prefix("file:")
-        && !rest.starts_with('/')
-    {
-        bad(format!(
-            "`{url}` is a relative file: URL, which resolves only in a manifest read by `granary`; \
-             write an absolute file:///path/ URL"
-        ));
-        return;
-    }
-    let parsed = match url::Url::parse(url) {
-        Ok(u) => u,
-        Err(e) => {
-            bad(format!("`{url}` is not a valid URL ({e}); write {URL_FORMS}"));
-            return;
-        }
-    };
-    let scheme = parsed.scheme();
-    if !SUPPORTED_SCHEMES.contains(&scheme) {
-        let hint = match scheme {
-            "http" | "https" => "; for S3-compatible servers use s3://bucket/ with AWS_ENDPOINT set",
-            "gcs" => "; Google Cloud Storage is gs://bucket/",
-            "s3a" | "s3n" => "; write s3://bucket/",
-            _ => "",
-        };
-        bad(format!(
-            "scheme `{scheme}:` is not supported{hint}; use one of {}",
-            SUPPORTED_SCHEMES.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(", ")
-        ));
-        return;
-    }
-    let host = parsed.host_str().unwrap_or("");
-    match scheme {
-        "s3" | "gs" if host.is_empty() => {
-            bad(format!("`{url}` names no bucket; write {scheme}://BUCKET/prefix/"));
-        }
-        "az" | "azure" | "abfs" | "abfss" if host.is_empty() => {
-            bad(format!("`{url}` names no container; write {scheme}://CONTAINER/prefix/"));
-        }
-        "file" if !host.is_empty() && host != "localhost" => {
-            let tail = parsed.path().trim_start_matches('/');
-            bad(format!(
-                "a file: URL takes no host, but `{host}` is in the host position; write \
-                 file:///{host}/{tail} for an absolute path or file:{host}/{tail} for a path relative \
-                 to the manifest"
-            ));
-        }
-        _ => {}
-    }
 }
 
 fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
