@@ -6,7 +6,7 @@
 //! format, and whether the cache point lies in the deterministic prefix.
 
 pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
-use crate::ops::op_info;
+use crate::ops::{Family, FormatFit, Kind, OpInfo, op_info, producer_of};
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
@@ -94,32 +94,11 @@ fn format_name(format: SourceFormat) -> &'static str {
     }
 }
 
-/// Operator families, for the type-flow and format checks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Image,
-    Text,
-    Table,
-}
-
-fn family(op: &str) -> Option<Family> {
-    if op.starts_with("image.") {
-        Some(Family::Image)
-    } else if op.starts_with("text.") {
-        Some(Family::Text)
-    } else if op.starts_with("table.") {
-        Some(Family::Table)
-    } else {
-        None
-    }
-}
-
 /// The field a stage works on: its `field`, or the operator's default.
-fn stage_field(stage: &StageSpec) -> String {
+fn stage_field(stage: &StageSpec, info: &OpInfo) -> String {
     match stage.params.get("field").and_then(|v| v.as_str()) {
         Some(f) => f.to_string(),
-        None if stage.op.starts_with("text.") => "text".to_string(),
-        None => "image".to_string(),
+        None => info.field.unwrap_or_default().to_string(),
     }
 }
 
@@ -220,23 +199,13 @@ fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
 
 fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<Problem>) {
     let name = format_name(format);
-    for (fam, fits, needs) in [
-        (
-            Family::Image,
-            matches!(format, SourceFormat::Files | SourceFormat::Webdataset),
-            "image operators need encoded image bytes, which `files` and `webdataset` sources provide",
-        ),
-        (
-            Family::Table,
-            matches!(format, SourceFormat::Jsonl | SourceFormat::Parquet),
-            "table operators work on rows, which `jsonl` and `parquet` sources provide",
-        ),
-    ] {
-        if fits {
+    for fam in Family::ALL {
+        let Some(FormatFit { formats, needs }) = fam.format_fit() else { continue };
+        if formats.contains(&format) {
             continue;
         }
         let offending: Vec<usize> = (0..stages.len())
-            .filter(|i| family(&stages[*i].op) == Some(fam) && op_info(&stages[*i].op).is_some())
+            .filter(|i| op_info(&stages[*i].op).is_some_and(|op| op.family == fam))
             .collect();
         let Some(first) = offending.first() else { continue };
         let more = match offending.len() {
@@ -253,73 +222,76 @@ fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<
     }
 }
 
+/// Checks that each stage gets the kind of data its operator takes: pixels only after a decode of
+/// their field, nothing on an image field after the stage that finishes it, tokens only after a
+/// tokenizer.
 fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
-    // Per image field: the stage that decoded it and the one that normalized it.
+    // Per image field: the stage that decoded it and the one that finished it.
     let mut decoded: HashMap<String, usize> = HashMap::new();
-    let mut normalized: HashMap<String, usize> = HashMap::new();
+    let mut finished: HashMap<String, usize> = HashMap::new();
     let mut tokenized: Option<usize> = None;
     let mut reported_missing_decode: Vec<String> = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
         let op = stage.op.as_str();
-        if op_info(op).is_none() {
+        let Some(info) = op_info(op) else {
             // What an unknown operator produces is unknown: stop rather than guess.
             return;
-        }
+        };
         let path = format!("spec.stages[{i}]");
-        match family(op) {
-            Some(Family::Image) => {
-                let field = stage_field(stage);
-                if let Some(n) = normalized.get(&field) {
-                    problems.push(Problem::new(
-                        format!("{path}.op"),
-                        format!(
-                            "`{op}` comes after `image.normalize` of field `{field}` (spec.stages[{n}]); \
-                             normalize must be the last image operator for its field: move this stage before it"
-                        ),
-                    ));
-                    continue;
-                }
-                if op == "image.decode" {
-                    if let Some(d) = decoded.get(&field) {
-                        problems.push(Problem::new(
-                            format!("{path}.op"),
-                            format!(
-                                "field `{field}` is already decoded by spec.stages[{d}]; remove this stage"
-                            ),
-                        ));
-                    } else {
-                        decoded.insert(field, i);
-                    }
-                    continue;
-                }
-                if !decoded.contains_key(&field) && !reported_missing_decode.contains(&field) {
-                    problems.push(Problem::new(
-                        format!("{path}.op"),
-                        format!(
-                            "`{op}` needs decoded pixels, but no earlier stage decodes field `{field}`; \
-                             add `- op: image.decode` (with `field: {field}` if not `image`) before it"
-                        ),
-                    ));
-                    // Report the missing decode once per field.
-                    reported_missing_decode.push(field.clone());
-                }
-                if op == "image.normalize" {
-                    normalized.insert(field, i);
-                }
+        if info.family == Family::Image {
+            let field = stage_field(stage, info);
+            if let Some(n) = finished.get(&field) {
+                problems.push(Problem::new(
+                    format!("{path}.op"),
+                    format!(
+                        "`{op}` comes after `{}` of field `{field}` (spec.stages[{n}]); \
+                         normalize must be the last image operator for its field: move this stage before it",
+                        stages[*n].op
+                    ),
+                ));
+                continue;
             }
-            Some(Family::Text) => {
-                if op == "text.tokenize" {
-                    tokenized.get_or_insert(i);
-                } else if op == "text.truncate_pad" && tokenized.is_none() {
+            if info.input == Kind::EncodedImage {
+                if let Some(d) = decoded.get(&field) {
                     problems.push(Problem::new(
                         format!("{path}.op"),
-                        "`text.truncate_pad` cuts and pads the token ids `text.tokenize` produces, but no \
-                         earlier stage tokenizes; add a `text.tokenize` stage before it",
+                        format!("field `{field}` is already decoded by spec.stages[{d}]; remove this stage"),
                     ));
-                    tokenized = Some(i);
+                } else {
+                    decoded.insert(field, i);
                 }
+                continue;
             }
-            _ => {}
+            if info.input == Kind::Pixels
+                && !decoded.contains_key(&field)
+                && !reported_missing_decode.contains(&field)
+            {
+                let decoder = producer_of(Kind::Pixels).map(|p| p.name).unwrap_or_default();
+                problems.push(Problem::new(
+                    format!("{path}.op"),
+                    format!(
+                        "`{op}` needs decoded pixels, but no earlier stage decodes field `{field}`; \
+                         add `- op: {decoder}` (with `field: {field}` if not `image`) before it"
+                    ),
+                ));
+                // Report the missing decode once per field.
+                reported_missing_decode.push(field.clone());
+            }
+            if info.output == Kind::ImageTensor {
+                finished.insert(field, i);
+            }
+        } else if info.input == Kind::Tokens && tokenized.is_none() {
+            let tokenizer = producer_of(Kind::Tokens).map(|p| p.name).unwrap_or_default();
+            problems.push(Problem::new(
+                format!("{path}.op"),
+                format!(
+                    "`{op}` cuts and pads the token ids `{tokenizer}` produces, but no earlier stage \
+                     tokenizes; add a `{tokenizer}` stage before it"
+                ),
+            ));
+            tokenized = Some(i);
+        } else if info.output == Kind::Tokens {
+            tokenized.get_or_insert(i);
         }
     }
 }
