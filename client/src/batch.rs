@@ -1,20 +1,9 @@
 //! Batches as the trainer receives them, and how they are put together from batch parts.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use granary_proto::v1::BatchPart;
 
-/// A stacked field of a batch. The leading axis is the batch's rows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tensor {
-    /// Field name.
-    pub name: String,
-    /// `uint8`, `int32`, `int64`, `float32` or `float64`.
-    pub dtype: String,
-    /// Dimensions, leading axis first.
-    pub shape: Vec<usize>,
-    /// Row-major little-endian values.
-    pub data: Bytes,
-}
+use crate::tensor::{Tensor, dimensions};
 
 /// One batch of a consumer's epoch.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,18 +164,10 @@ fn dtype_bytes(dtype: &str) -> Option<u64> {
     }
 }
 
-pub(crate) fn dimensions(shape: &[u64]) -> Result<Vec<usize>, String> {
-    shape
-        .iter()
-        .map(|&dimension| {
-            usize::try_from(dimension).map_err(|_| format!("dimension {dimension} is too large"))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn part(split: u64, lo: u64, hi: u64, fill: u8) -> BatchPart {
         let rows = hi - lo;

@@ -3,7 +3,7 @@
 //! and the client maps them through the same tables as the worker (`granary_kernels`), so the
 //! values are bit-identical to a worker-side normalization.
 
-use crate::batch::{Tensor, dimensions};
+use crate::tensor::{Tensor, dimensions};
 use bytes::Bytes;
 use granary_kernels::normalize::{Layout, Lut, lut, normalize_into};
 use granary_proto::v1::Normalize;

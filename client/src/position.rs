@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
-use crate::options::Mode;
+use crate::mode::Mode;
 use crate::ranges::SlotRanges;
 
 /// Version of the [`Position`] encoding this crate writes and reads.

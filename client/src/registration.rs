@@ -4,7 +4,8 @@
 use granary_proto::v1::{RegisterClientRequest, RegisterClientResponse, ResumePoint, SlotRange};
 
 use crate::error::ClientError;
-use crate::options::{ClientOptions, Mode};
+use crate::mode::Mode;
+use crate::options::ClientOptions;
 use crate::ranges::SlotRanges;
 use crate::session::Consumer;
 

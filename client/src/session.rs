@@ -6,7 +6,7 @@ use std::time::Instant;
 use granary_proto::v1::{ClientHeartbeatRequest, ResumePoint, SlotRange};
 
 use crate::metrics::StepMetrics;
-use crate::options::Mode;
+use crate::mode::Mode;
 use crate::position::{POSITION_VERSION, Position};
 use crate::ranges::SlotRanges;
 

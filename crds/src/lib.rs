@@ -6,6 +6,7 @@
 pub mod cache;
 mod fieldpath;
 pub mod manifest;
+mod object_url;
 pub mod ops;
 pub mod pipeline;
 pub mod problem;

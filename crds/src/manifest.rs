@@ -6,6 +6,7 @@
 //! stages, type errors, missing required fields, and finally everything [`validate`] finds.
 
 use crate::fieldpath::{Seg, format_path, parse_path};
+use crate::object_url::has_scheme;
 use crate::suggest::{backticked, did_you_mean};
 use crate::{InputPipeline, InputPipelineSpec, Problem, Problems, validate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -109,14 +110,6 @@ pub fn resolve_url(text: &str, base_dir: &Path) -> String {
         out.push('/');
     }
     out
-}
-
-/// Whether `text` starts with a URL scheme (`s3:`, `file:`, `c:`).
-pub(crate) fn has_scheme(text: &str) -> bool {
-    let Some((scheme, _)) = text.split_once(':') else { return false };
-    let mut chars = scheme.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 fn absolute(path: &Path) -> PathBuf {

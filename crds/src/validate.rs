@@ -5,7 +5,8 @@
 //! before it is cropped, tokens exist only after tokenization), which operators fit which source
 //! format, and whether the cache point lies in the deterministic prefix.
 
-use crate::ops::op_info;
+pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
+use crate::ops::{Family, FormatFit, Kind, OpInfo, op_info, producer_of};
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
@@ -16,12 +17,6 @@ use std::collections::HashMap;
 
 /// Largest accepted `spec.batch.size`.
 pub const MAX_BATCH_SIZE: u32 = 1_000_000;
-
-/// URL schemes Granary can read and write.
-pub const SUPPORTED_SCHEMES: &[&str] = &["file", "s3", "gs", "az", "azure", "abfs", "abfss", "memory"];
-
-const URL_FORMS: &str = "file:///absolute/path/, s3://bucket/prefix/, gs://bucket/prefix/, \
-     az://container/prefix/ or memory:///prefix/ (in a manifest file, also file:relative/path/)";
 
 /// Checks `spec` and returns every problem found (empty when valid).
 pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
@@ -54,72 +49,6 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
         check_cache(cache, &spec.stages, &mut problems);
     }
     problems
-}
-
-/// Checks an object-store URL at `path`: it parses, its scheme is supported, and it names a
-/// bucket (or container, or host) where the scheme needs one. Problems go to `problems`.
-pub fn check_url(url: &str, path: &str, problems: &mut Vec<Problem>) {
-    let mut bad = |message: String| problems.push(Problem::new(path, message));
-    if url.trim().is_empty() {
-        bad(format!("must not be empty; give an object-store URL: {URL_FORMS}"));
-        return;
-    }
-    if url.trim() != url {
-        bad(format!("`{url}` has spaces around it; remove them"));
-        return;
-    }
-    if url.starts_with("//") || !crate::manifest::has_scheme(url) {
-        bad(format!("`{url}` has no scheme; write {URL_FORMS}"));
-        return;
-    }
-    if let Some(rest) = url.strip_prefix("file:")
-        && !rest.starts_with('/')
-    {
-        bad(format!(
-            "`{url}` is a relative file: URL, which resolves only in a manifest read by `granary`; \
-             write an absolute file:///path/ URL"
-        ));
-        return;
-    }
-    let parsed = match url::Url::parse(url) {
-        Ok(u) => u,
-        Err(e) => {
-            bad(format!("`{url}` is not a valid URL ({e}); write {URL_FORMS}"));
-            return;
-        }
-    };
-    let scheme = parsed.scheme();
-    if !SUPPORTED_SCHEMES.contains(&scheme) {
-        let hint = match scheme {
-            "http" | "https" => "; for S3-compatible servers use s3://bucket/ with AWS_ENDPOINT set",
-            "gcs" => "; Google Cloud Storage is gs://bucket/",
-            "s3a" | "s3n" => "; write s3://bucket/",
-            _ => "",
-        };
-        bad(format!(
-            "scheme `{scheme}:` is not supported{hint}; use one of {}",
-            SUPPORTED_SCHEMES.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(", ")
-        ));
-        return;
-    }
-    let host = parsed.host_str().unwrap_or("");
-    match scheme {
-        "s3" | "gs" if host.is_empty() => {
-            bad(format!("`{url}` names no bucket; write {scheme}://BUCKET/prefix/"));
-        }
-        "az" | "azure" | "abfs" | "abfss" if host.is_empty() => {
-            bad(format!("`{url}` names no container; write {scheme}://CONTAINER/prefix/"));
-        }
-        "file" if !host.is_empty() && host != "localhost" => {
-            let tail = parsed.path().trim_start_matches('/');
-            bad(format!(
-                "a file: URL takes no host, but `{host}` is in the host position; write \
-                 file:///{host}/{tail} for an absolute path or file:{host}/{tail} for a path relative \
-                 to the manifest"
-            ));
-        }
-        _ => {}
-    }
 }
 
 fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
@@ -165,32 +94,11 @@ fn format_name(format: SourceFormat) -> &'static str {
     }
 }
 
-/// Operator families, for the type-flow and format checks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Image,
-    Text,
-    Table,
-}
-
-fn family(op: &str) -> Option<Family> {
-    if op.starts_with("image.") {
-        Some(Family::Image)
-    } else if op.starts_with("text.") {
-        Some(Family::Text)
-    } else if op.starts_with("table.") {
-        Some(Family::Table)
-    } else {
-        None
-    }
-}
-
 /// The field a stage works on: its `field`, or the operator's default.
-fn stage_field(stage: &StageSpec) -> String {
+fn stage_field(stage: &StageSpec, info: &OpInfo) -> String {
     match stage.params.get("field").and_then(|v| v.as_str()) {
         Some(f) => f.to_string(),
-        None if stage.op.starts_with("text.") => "text".to_string(),
-        None => "image".to_string(),
+        None => info.field.unwrap_or_default().to_string(),
     }
 }
 
@@ -291,23 +199,13 @@ fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
 
 fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<Problem>) {
     let name = format_name(format);
-    for (fam, fits, needs) in [
-        (
-            Family::Image,
-            matches!(format, SourceFormat::Files | SourceFormat::Webdataset),
-            "image operators need encoded image bytes, which `files` and `webdataset` sources provide",
-        ),
-        (
-            Family::Table,
-            matches!(format, SourceFormat::Jsonl | SourceFormat::Parquet),
-            "table operators work on rows, which `jsonl` and `parquet` sources provide",
-        ),
-    ] {
-        if fits {
+    for fam in Family::ALL {
+        let Some(FormatFit { formats, needs }) = fam.format_fit() else { continue };
+        if formats.contains(&format) {
             continue;
         }
         let offending: Vec<usize> = (0..stages.len())
-            .filter(|i| family(&stages[*i].op) == Some(fam) && op_info(&stages[*i].op).is_some())
+            .filter(|i| op_info(&stages[*i].op).is_some_and(|op| op.family == fam))
             .collect();
         let Some(first) = offending.first() else { continue };
         let more = match offending.len() {
@@ -324,73 +222,76 @@ fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<
     }
 }
 
+/// Checks that each stage gets the kind of data its operator takes: pixels only after a decode of
+/// their field, nothing on an image field after the stage that finishes it, tokens only after a
+/// tokenizer.
 fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
-    // Per image field: the stage that decoded it and the one that normalized it.
+    // Per image field: the stage that decoded it and the one that finished it.
     let mut decoded: HashMap<String, usize> = HashMap::new();
-    let mut normalized: HashMap<String, usize> = HashMap::new();
+    let mut finished: HashMap<String, usize> = HashMap::new();
     let mut tokenized: Option<usize> = None;
     let mut reported_missing_decode: Vec<String> = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
         let op = stage.op.as_str();
-        if op_info(op).is_none() {
+        let Some(info) = op_info(op) else {
             // What an unknown operator produces is unknown: stop rather than guess.
             return;
-        }
+        };
         let path = format!("spec.stages[{i}]");
-        match family(op) {
-            Some(Family::Image) => {
-                let field = stage_field(stage);
-                if let Some(n) = normalized.get(&field) {
-                    problems.push(Problem::new(
-                        format!("{path}.op"),
-                        format!(
-                            "`{op}` comes after `image.normalize` of field `{field}` (spec.stages[{n}]); \
-                             normalize must be the last image operator for its field: move this stage before it"
-                        ),
-                    ));
-                    continue;
-                }
-                if op == "image.decode" {
-                    if let Some(d) = decoded.get(&field) {
-                        problems.push(Problem::new(
-                            format!("{path}.op"),
-                            format!(
-                                "field `{field}` is already decoded by spec.stages[{d}]; remove this stage"
-                            ),
-                        ));
-                    } else {
-                        decoded.insert(field, i);
-                    }
-                    continue;
-                }
-                if !decoded.contains_key(&field) && !reported_missing_decode.contains(&field) {
-                    problems.push(Problem::new(
-                        format!("{path}.op"),
-                        format!(
-                            "`{op}` needs decoded pixels, but no earlier stage decodes field `{field}`; \
-                             add `- op: image.decode` (with `field: {field}` if not `image`) before it"
-                        ),
-                    ));
-                    // Report the missing decode once per field.
-                    reported_missing_decode.push(field.clone());
-                }
-                if op == "image.normalize" {
-                    normalized.insert(field, i);
-                }
+        if info.family == Family::Image {
+            let field = stage_field(stage, info);
+            if let Some(n) = finished.get(&field) {
+                problems.push(Problem::new(
+                    format!("{path}.op"),
+                    format!(
+                        "`{op}` comes after `{}` of field `{field}` (spec.stages[{n}]); \
+                         normalize must be the last image operator for its field: move this stage before it",
+                        stages[*n].op
+                    ),
+                ));
+                continue;
             }
-            Some(Family::Text) => {
-                if op == "text.tokenize" {
-                    tokenized.get_or_insert(i);
-                } else if op == "text.truncate_pad" && tokenized.is_none() {
+            if info.input == Kind::EncodedImage {
+                if let Some(d) = decoded.get(&field) {
                     problems.push(Problem::new(
                         format!("{path}.op"),
-                        "`text.truncate_pad` cuts and pads the token ids `text.tokenize` produces, but no \
-                         earlier stage tokenizes; add a `text.tokenize` stage before it",
+                        format!("field `{field}` is already decoded by spec.stages[{d}]; remove this stage"),
                     ));
-                    tokenized = Some(i);
+                } else {
+                    decoded.insert(field, i);
                 }
+                continue;
             }
-            _ => {}
+            if info.input == Kind::Pixels
+                && !decoded.contains_key(&field)
+                && !reported_missing_decode.contains(&field)
+            {
+                let decoder = producer_of(Kind::Pixels).map(|p| p.name).unwrap_or_default();
+                problems.push(Problem::new(
+                    format!("{path}.op"),
+                    format!(
+                        "`{op}` needs decoded pixels, but no earlier stage decodes field `{field}`; \
+                         add `- op: {decoder}` (with `field: {field}` if not `image`) before it"
+                    ),
+                ));
+                // Report the missing decode once per field.
+                reported_missing_decode.push(field.clone());
+            }
+            if info.output == Kind::ImageTensor {
+                finished.insert(field, i);
+            }
+        } else if info.input == Kind::Tokens && tokenized.is_none() {
+            let tokenizer = producer_of(Kind::Tokens).map(|p| p.name).unwrap_or_default();
+            problems.push(Problem::new(
+                format!("{path}.op"),
+                format!(
+                    "`{op}` cuts and pads the token ids `{tokenizer}` produces, but no earlier stage \
+                     tokenizes; add a `{tokenizer}` stage before it"
+                ),
+            ));
+            tokenized = Some(i);
+        } else if info.output == Kind::Tokens {
+            tokenized.get_or_insert(i);
         }
     }
 }

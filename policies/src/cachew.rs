@@ -12,9 +12,11 @@
 
 use std::collections::VecDeque;
 
+use crate::bounds::enforce_bounds;
 use crate::decision::Decision;
 use crate::inputs::{Observation, sane};
-use crate::policy::{Policy, enforce_bounds, workers};
+use crate::policy::Policy;
+use crate::wording::workers;
 
 /// Cachew's constants.
 #[derive(Clone, Debug, PartialEq)]

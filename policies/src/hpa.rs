@@ -10,9 +10,12 @@
 
 use std::collections::VecDeque;
 
+use crate::bounds::enforce_bounds;
+use crate::counts::count_at_least;
 use crate::decision::Decision;
 use crate::inputs::{Observation, sane};
-use crate::policy::{Policy, count_at_least, enforce_bounds, workers};
+use crate::policy::Policy;
+use crate::wording::workers;
 
 /// HPA settings (Kubernetes defaults with an 80% CPU target).
 #[derive(Clone, Debug, PartialEq)]

@@ -47,8 +47,10 @@
 
 #![warn(missing_docs)]
 
+mod bounds;
 pub mod cachew;
 pub mod caching;
+mod counts;
 pub mod decision;
 pub mod error;
 pub mod estimate;
@@ -56,13 +58,16 @@ pub mod granary;
 pub mod hpa;
 pub mod inputs;
 pub mod policy;
+pub mod policy_kind;
 pub mod report;
 pub mod simulate;
 mod window;
+mod wording;
 
 pub use decision::{Decision, DecisionKind};
 pub use error::Error;
 pub use granary::{GranaryConfig, GranaryPolicy};
 pub use inputs::{ConsumerMetrics, JobMetrics, JobMode, Observation, PoolConfig, StageTime, WorkerMetrics};
-pub use policy::{Policy, PolicyKind};
+pub use policy::Policy;
+pub use policy_kind::PolicyKind;
 pub use report::Row;

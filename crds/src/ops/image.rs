@@ -138,12 +138,18 @@ fn check_field(field: &str, path: &str, problems: &mut Vec<Problem>) {
 }
 
 impl Decode {
+    /// The `op` name: `image.decode`.
+    pub const OP: &str = "image.decode";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_field(&self.field, path, problems);
     }
 }
 
 impl Resize {
+    /// The `op` name: `image.resize`.
+    pub const OP: &str = "image.resize";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_size(self.size, path, problems);
         check_field(&self.field, path, problems);
@@ -151,6 +157,9 @@ impl Resize {
 }
 
 impl CenterCrop {
+    /// The `op` name: `image.center_crop`.
+    pub const OP: &str = "image.center_crop";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_size(self.size, path, problems);
         check_field(&self.field, path, problems);
@@ -158,6 +167,9 @@ impl CenterCrop {
 }
 
 impl RandomResizedCrop {
+    /// The `op` name: `image.random_resized_crop`.
+    pub const OP: &str = "image.random_resized_crop";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_size(self.size, path, problems);
         check_field(&self.field, path, problems);
@@ -179,6 +191,9 @@ impl RandomResizedCrop {
 }
 
 impl Flip {
+    /// The `op` name: `image.flip`.
+    pub const OP: &str = "image.flip";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_field(&self.field, path, problems);
         if !(0.0..=1.0).contains(&self.p) {
@@ -191,6 +206,9 @@ impl Flip {
 }
 
 impl Normalize {
+    /// The `op` name: `image.normalize`.
+    pub const OP: &str = "image.normalize";
+
     /// Per-channel mean for 3 channels.
     pub fn mean3(&self) -> [f32; 3] {
         per_channel(self.mean.as_deref(), 0.0)

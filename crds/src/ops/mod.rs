@@ -1,10 +1,14 @@
 //! Typed configuration of every built-in operator, and the registry that maps `op` names to it.
 //!
 //! Each family has its own module; the implementation of each operator lives in the worker
-//! (`worker/src/ops/<family>/`). Adding an operator means a config struct here, a line in
-//! [`OPS`], and its implementation there.
+//! (`worker/src/ops/<family>/`). [`OPS`] is the one source of what is known of each operator:
+//! its name, family, default field, the [`Kind`] of data it takes and gives, and whether it is
+//! deterministic; validation derives its checks from these facts. Adding an operator means a
+//! config struct with its `OP` name here, a row in [`OPS`], and its implementation there.
 
+pub mod family;
 pub mod image;
+pub mod kind;
 pub mod table;
 pub mod test;
 pub mod text;
@@ -13,7 +17,9 @@ use crate::{Problem, StageSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+pub use self::family::{Family, FormatFit};
 pub use self::image::{CenterCrop, Decode, Flip, ImageDType, Layout, Normalize, RandomResizedCrop, Resize};
+pub use self::kind::Kind;
 pub use self::table::{Cast, Select};
 pub use self::test::Sleep;
 pub use self::text::{Tokenize, TruncatePad};
@@ -45,10 +51,19 @@ pub enum OpConfig {
     TestSleep(Sleep),
 }
 
-/// What the registry knows of one operator.
+/// What the registry knows of one operator: every fact that validation and the other crates
+/// decide on, so that none of them matches on `op` names.
 pub struct OpInfo {
     /// The `op` name used in specs.
     pub name: &'static str,
+    /// The family it belongs to (which source formats it fits).
+    pub family: Family,
+    /// The field it works on when the stage names none; `None` when it takes no `field`.
+    pub field: Option<&'static str>,
+    /// What it reads from its field.
+    pub input: Kind,
+    /// What it leaves there.
+    pub output: Kind,
     /// Whether the same input always gives the same output (caching is legal only on the
     /// deterministic prefix of a pipeline).
     pub deterministic: bool,
@@ -61,40 +76,123 @@ fn typed<T: DeserializeOwned>(
     serde_path_to_error::deserialize(value)
 }
 
+/// The field image operators work on when the stage names none.
+const IMAGE_FIELD: &str = "image";
+/// The field `text.tokenize` reads when the stage names none.
+const TEXT_FIELD: &str = "text";
+
 /// Every built-in operator.
 pub const OPS: &[OpInfo] = &[
-    OpInfo { name: "image.decode", deterministic: true, parse: |v| typed(v).map(OpConfig::ImageDecode) },
-    OpInfo { name: "image.resize", deterministic: true, parse: |v| typed(v).map(OpConfig::ImageResize) },
     OpInfo {
-        name: "image.center_crop",
+        name: Decode::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::EncodedImage,
+        output: Kind::Pixels,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::ImageDecode),
+    },
+    OpInfo {
+        name: Resize::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::Pixels,
+        output: Kind::Pixels,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::ImageResize),
+    },
+    OpInfo {
+        name: CenterCrop::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::Pixels,
+        output: Kind::Pixels,
         deterministic: true,
         parse: |v| typed(v).map(OpConfig::ImageCenterCrop),
     },
     OpInfo {
-        name: "image.random_resized_crop",
+        name: RandomResizedCrop::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::Pixels,
+        output: Kind::Pixels,
         deterministic: false,
         parse: |v| typed(v).map(OpConfig::ImageRandomResizedCrop),
     },
-    OpInfo { name: "image.flip", deterministic: false, parse: |v| typed(v).map(OpConfig::ImageFlip) },
     OpInfo {
-        name: "image.normalize",
+        name: Flip::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::Pixels,
+        output: Kind::Pixels,
+        deterministic: false,
+        parse: |v| typed(v).map(OpConfig::ImageFlip),
+    },
+    OpInfo {
+        name: Normalize::OP,
+        family: Family::Image,
+        field: Some(IMAGE_FIELD),
+        input: Kind::Pixels,
+        output: Kind::ImageTensor,
         deterministic: true,
         parse: |v| typed(v).map(OpConfig::ImageNormalize),
     },
-    OpInfo { name: "text.tokenize", deterministic: true, parse: |v| typed(v).map(OpConfig::TextTokenize) },
     OpInfo {
-        name: "text.truncate_pad",
+        name: Tokenize::OP,
+        family: Family::Text,
+        field: Some(TEXT_FIELD),
+        input: Kind::Text,
+        output: Kind::Tokens,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::TextTokenize),
+    },
+    OpInfo {
+        name: TruncatePad::OP,
+        family: Family::Text,
+        field: None,
+        input: Kind::Tokens,
+        output: Kind::Tokens,
         deterministic: true,
         parse: |v| typed(v).map(OpConfig::TextTruncatePad),
     },
-    OpInfo { name: "table.select", deterministic: true, parse: |v| typed(v).map(OpConfig::TableSelect) },
-    OpInfo { name: "table.cast", deterministic: true, parse: |v| typed(v).map(OpConfig::TableCast) },
-    OpInfo { name: "test.sleep", deterministic: true, parse: |v| typed(v).map(OpConfig::TestSleep) },
+    OpInfo {
+        name: Select::OP,
+        family: Family::Table,
+        field: None,
+        input: Kind::Columns,
+        output: Kind::Columns,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::TableSelect),
+    },
+    OpInfo {
+        name: Cast::OP,
+        family: Family::Table,
+        field: None,
+        input: Kind::Columns,
+        output: Kind::Columns,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::TableCast),
+    },
+    OpInfo {
+        name: Sleep::OP,
+        family: Family::Test,
+        field: None,
+        input: Kind::Any,
+        output: Kind::Any,
+        deterministic: true,
+        parse: |v| typed(v).map(OpConfig::TestSleep),
+    },
 ];
 
 /// The registry entry for `op`, if it names a built-in operator.
 pub fn op_info(op: &str) -> Option<&'static OpInfo> {
     OPS.iter().find(|info| info.name == op)
+}
+
+/// The first operator that makes `kind` out of something else (`image.decode` for pixels,
+/// `text.tokenize` for tokens).
+pub fn producer_of(kind: Kind) -> Option<&'static OpInfo> {
+    OPS.iter().find(|info| info.output == kind && info.input != kind)
 }
 
 impl OpConfig {
@@ -123,17 +221,17 @@ impl OpConfig {
     /// The `op` name of this config.
     pub fn op_name(&self) -> &'static str {
         match self {
-            OpConfig::ImageDecode(_) => "image.decode",
-            OpConfig::ImageResize(_) => "image.resize",
-            OpConfig::ImageCenterCrop(_) => "image.center_crop",
-            OpConfig::ImageRandomResizedCrop(_) => "image.random_resized_crop",
-            OpConfig::ImageFlip(_) => "image.flip",
-            OpConfig::ImageNormalize(_) => "image.normalize",
-            OpConfig::TextTokenize(_) => "text.tokenize",
-            OpConfig::TextTruncatePad(_) => "text.truncate_pad",
-            OpConfig::TableSelect(_) => "table.select",
-            OpConfig::TableCast(_) => "table.cast",
-            OpConfig::TestSleep(_) => "test.sleep",
+            OpConfig::ImageDecode(_) => Decode::OP,
+            OpConfig::ImageResize(_) => Resize::OP,
+            OpConfig::ImageCenterCrop(_) => CenterCrop::OP,
+            OpConfig::ImageRandomResizedCrop(_) => RandomResizedCrop::OP,
+            OpConfig::ImageFlip(_) => Flip::OP,
+            OpConfig::ImageNormalize(_) => Normalize::OP,
+            OpConfig::TextTokenize(_) => Tokenize::OP,
+            OpConfig::TextTruncatePad(_) => TruncatePad::OP,
+            OpConfig::TableSelect(_) => Select::OP,
+            OpConfig::TableCast(_) => Cast::OP,
+            OpConfig::TestSleep(_) => Sleep::OP,
         }
     }
 
@@ -198,7 +296,12 @@ impl DType {
     }
 }
 
-/// The field an operator reads and writes when the stage does not name one.
+/// The field an image operator reads and writes when the stage does not name one.
 pub(crate) fn default_image_field() -> String {
-    "image".to_string()
+    IMAGE_FIELD.to_string()
+}
+
+/// The field `text.tokenize` reads when the stage does not name one.
+pub(crate) fn default_text_field() -> String {
+    TEXT_FIELD.to_string()
 }

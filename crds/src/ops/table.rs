@@ -24,6 +24,9 @@ pub struct Cast {
 }
 
 impl Select {
+    /// The `op` name: `table.select`.
+    pub const OP: &str = "table.select";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         if self.columns.is_empty() {
             problems.push(Problem::new(format!("{path}.columns"), "must name at least one column"));
@@ -42,6 +45,9 @@ impl Select {
 }
 
 impl Cast {
+    /// The `op` name: `table.cast`.
+    pub const OP: &str = "table.cast";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         if self.columns.is_empty() {
             problems.push(Problem::new(format!("{path}.columns"), "must map at least one column to a type"));

@@ -15,6 +15,9 @@ pub struct Sleep {
 }
 
 impl Sleep {
+    /// The `op` name: `test.sleep`.
+    pub const OP: &str = "test.sleep";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         if !(0.0..=60_000.0).contains(&self.ms) {
             problems.push(Problem::new(

@@ -1,5 +1,6 @@
 //! Text operators: tokenization with a Hugging Face `tokenizer.json`, truncation and padding.
 
+use super::default_text_field;
 use crate::Problem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -31,14 +32,14 @@ pub struct TruncatePad {
     pub pad_id: i64,
 }
 
-fn default_text_field() -> String {
-    "text".to_string()
-}
 fn default_true() -> bool {
     true
 }
 
 impl Tokenize {
+    /// The `op` name: `text.tokenize`.
+    pub const OP: &str = "text.tokenize";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         if self.tokenizer.trim().is_empty() {
             problems.push(Problem::new(
@@ -53,6 +54,9 @@ impl Tokenize {
 }
 
 impl TruncatePad {
+    /// The `op` name: `text.truncate_pad`.
+    pub const OP: &str = "text.truncate_pad";
+
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         if self.length == 0 {
             problems.push(Problem::new(format!("{path}.length"), "must be > 0"));

@@ -30,7 +30,7 @@ pub fn cheapest_count(
     if demand <= 0.0 || per_worker <= 0.0 {
         return lo;
     }
-    let no_wait = crate::policy::count_at_least(demand / per_worker).clamp(lo, hi);
+    let no_wait = crate::counts::count_at_least(demand / per_worker).clamp(lo, hi);
     let floor = lo.max(1).min(hi);
     let candidates = [no_wait, no_wait.saturating_sub(1).max(floor), floor];
     let mut best = no_wait;

@@ -4,10 +4,11 @@
 use super::GranaryPolicy;
 use super::cost;
 use super::policy::Model;
+use crate::counts::count_at_least;
 use crate::decision::Decision;
 use crate::estimate::{self, RateSource};
 use crate::inputs::{Observation, PoolConfig};
-use crate::policy::{count_at_least, make, rate, workers};
+use crate::wording::{make, rate, workers};
 
 impl GranaryPolicy {
     pub(super) fn decide(&mut self, obs: &Observation, m: &Model) -> Decision {

@@ -2,11 +2,14 @@
 
 use super::GranaryConfig;
 use super::cost;
+use crate::bounds::enforce_bounds;
+use crate::counts::count_at_least;
 use crate::decision::Decision;
 use crate::estimate::{self, RateSource};
 use crate::inputs::{Observation, PoolConfig};
-use crate::policy::{Policy, count_at_least, enforce_bounds, workers};
+use crate::policy::Policy;
 use crate::window::Window;
+use crate::wording::workers;
 
 /// The last change of the target.
 #[derive(Clone, Copy, Debug)]

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::run::{Run, run_oracle, run_policy};
 use super::scenario::Scenario;
-use crate::policy::PolicyKind;
+use crate::policy_kind::PolicyKind;
 use crate::report::Row;
 
 /// One policy's run of a scenario and its scores.

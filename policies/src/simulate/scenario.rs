@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::counts::count_at_least;
 use crate::granary::cost;
 use crate::inputs::{JobMode, PoolConfig};
-use crate::policy::count_at_least;
 
 /// One stage of the pipeline and its CPU cost per batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use crate::seed::SeededRng;
 use crate::tensor::TensorData;
 use granary_crds::ops::image::Flip;
 
-const OP: &str = "image.flip";
+const OP: &str = Flip::OP;
 
 /// Mirrors an HWC image (`uint8` or `float32`, 3 channels) left to right, in place, with
 /// probability `p`.
