@@ -123,7 +123,7 @@ pub fn check_url(url: &str, path: &str, problems: &mut Vec<Problem>) {
 }
 
 fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
-    check_url(&source.url, "spec.source.url", problems);
+    crate::source::check_source_url(&source.url, problems);
     if source.format != SourceFormat::Files {
         let format = format_name(source.format);
         if source.labels.is_some() {
