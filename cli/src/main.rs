@@ -2,16 +2,23 @@
 
 mod commands;
 mod demo;
+mod exit;
 mod local;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
-use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// What `granary --help` opens with.
+const ABOUT: &str = "Granary: ML input pipelines (read, decode, augment, tokenize, batch) as a service.
+
+Runs an InputPipeline on this machine and reports its throughput, checks manifests before they are \
+applied, benchmarks pipelines, runs the data-plane worker and the Kubernetes operator, compares \
+autoscaling policies, manages the autocache, and generates demo data and shell completions.";
 
 /// Granary: ML input data processing as a service.
 #[derive(Parser)]
-#[command(name = "granary", version, about, long_about = None)]
+#[command(name = "granary", version, about = ABOUT, after_help = exit::TABLE)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,12 +32,9 @@ enum Command {
     /// Measure a pipeline's steady-state throughput, with ratios against a baseline and the
     /// decode-only limit measured in the same run.
     Bench(commands::bench::BenchArgs),
-    /// Check InputPipeline manifests; prints each problem as `FIELD_PATH: message`.
-    Validate {
-        /// Manifest files.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
+    /// Check InputPipeline manifests (`-`: standard input); prints each problem as
+    /// `FIELD_PATH: message`, or JSON lines with `--json`.
+    Validate(commands::validate::ValidateArgs),
     /// Print the InputPipeline CustomResourceDefinition as YAML.
     Crd,
     /// Generate a small synthetic dataset and run every example pipeline on it.
@@ -45,6 +49,11 @@ enum Command {
     Simulate(commands::simulate::SimulateArgs),
     /// Look into and clean up an autocache store: list entries, inspect one, remove some.
     Cache(commands::cache::CacheArgs),
+    /// Print a shell completion script: `granary completions bash > /etc/bash_completion.d/granary`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -61,7 +70,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run::run(&args),
         Command::Bench(args) => commands::bench::bench(&args),
-        Command::Validate { files } => return commands::validate::validate(&files),
+        Command::Validate(args) => return commands::validate::validate(&args),
         Command::Crd => commands::crd::crd().map(|yaml| {
             print!("{yaml}");
             ExitCode::SUCCESS
@@ -71,12 +80,13 @@ fn main() -> ExitCode {
         Command::Operator(args) => commands::operator::operator(&args),
         Command::Simulate(args) => commands::simulate::simulate(&args),
         Command::Cache(args) => commands::cache::cache(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "granary", &mut std::io::stdout());
+            Ok(exit::code(exit::OK))
+        }
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => exit::report(&e),
     }
 }

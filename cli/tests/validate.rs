@@ -37,7 +37,7 @@ fn bad_specs_fail_naming_the_field() {
         let stdout = text(&out.stdout);
         let lines: Vec<&str> = stdout.lines().collect();
         let header = format!("{}: invalid (", file.display());
-        let ok = out.status.code() == Some(1)
+        let ok = out.status.code() == Some(2)
             && lines.first().is_some_and(|l| l.starts_with(&header))
             && lines[1..].iter().any(|l| l.contains(&expect))
             && lines[1..]
@@ -45,7 +45,7 @@ fn bad_specs_fail_naming_the_field() {
                 .all(|l| l.split_once(": ").is_some_and(|(path, msg)| !path.is_empty() && !msg.is_empty()));
         if !ok {
             failures.push(format!(
-                "{}: expected exit 1 and a line containing `{expect}`; got {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+                "{}: expected exit 2 and a line containing `{expect}`; got {:?}\nstdout:\n{stdout}\nstderr:\n{}",
                 file.display(),
                 out.status.code(),
                 text(&out.stderr)
@@ -76,7 +76,7 @@ fn several_files_report_each_and_fail_if_any_fails() {
     let good = specs("good");
     let bad = specs("bad");
     let out = granary(&["validate".as_ref(), good[0].as_os_str(), bad[0].as_os_str()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stdout = text(&out.stdout);
     assert!(
         stdout.starts_with(&format!("{}: ok\n{}: invalid (", good[0].display(), bad[0].display())),

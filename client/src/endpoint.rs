@@ -46,24 +46,10 @@ pub(crate) fn endpoint(address: &str) -> Result<Endpoint, ClientError> {
 pub(crate) async fn connect(endpoint: &Endpoint) -> Result<Channel, String> {
     match tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
         Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(error)) => Err(describe(&error)),
+        // The causes carry the useful part ("connection refused"), each said once.
+        Ok(Err(error)) => Err(granary_proto::error_text(&error)),
         Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
     }
-}
-
-/// A transport error with its causes, which carry the useful part ("connection refused").
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -76,6 +76,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The error's one text: its message and each cause that adds something, said once. What the
+    /// Python client raises with, and what a program should print.
+    pub fn message(&self) -> String {
+        granary_proto::error_text(self)
+    }
+
     /// Whether the dispatcher answered that what was asked for does not exist (an unknown
     /// pipeline or job).
     pub fn is_not_found(&self) -> bool {

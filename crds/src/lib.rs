@@ -11,6 +11,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod problem;
 pub mod quantity;
+pub mod read;
 pub mod scaling;
 pub mod source;
 pub mod stage;

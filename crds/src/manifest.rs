@@ -34,9 +34,7 @@ pub struct Manifest {
 /// Reads, parses and validates the manifest at `path`. Relative `file:` URLs resolve from the
 /// file's folder. An unreadable file is one problem whose path is the file's path.
 pub fn load_manifest(path: &Path, overrides: &[String]) -> Result<Manifest, Problems> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Problems(vec![Problem::new(path.display().to_string(), format!("cannot read the manifest: {e}"))])
-    })?;
+    let text = crate::read::read_manifest_text(path).map_err(|p| Problems(vec![p]))?;
     parse_manifest(&text, &base_dir_of(path), overrides)
 }
 
@@ -94,7 +92,11 @@ pub fn resolve_url(text: &str, base_dir: &Path) -> String {
             return text.to_string();
         }
         rest
-    } else if text.is_empty() || text.starts_with("//") || has_scheme(text) {
+    } else if text.is_empty()
+        || text.starts_with("//")
+        || has_scheme(text)
+        || text.contains(char::is_whitespace)
+    {
         return text.to_string();
     } else {
         text

@@ -63,3 +63,23 @@ impl SourceSpec {
         }
     }
 }
+
+/// Checks `spec.source.url` before [`crate::validate::check_url`] does: text no URL can hold
+/// (spaces, control characters), which would otherwise be read as a relative path and fail only
+/// when the source is listed. Problems go to `problems`.
+pub fn check_source_url(url: &str, problems: &mut Vec<crate::Problem>) {
+    const FIELD: &str = "spec.source.url";
+    let inner = url.trim();
+    if inner.chars().any(char::is_whitespace) || inner.chars().any(char::is_control) {
+        problems.push(crate::Problem::new(
+            FIELD,
+            format!(
+                "`{url}` has spaces or control characters in it, so it is no URL; write an object-store \
+                 URL such as s3://bucket/prefix/ or file:data/train/ (a folder name with spaces is \
+                 written with %20)"
+            ),
+        ));
+        return;
+    }
+    crate::validate::check_url(url, FIELD, problems);
+}

@@ -52,7 +52,7 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
 }
 
 fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
-    check_url(&source.url, "spec.source.url", problems);
+    crate::source::check_source_url(&source.url, problems);
     if source.format != SourceFormat::Files {
         let format = format_name(source.format);
         if source.labels.is_some() {

@@ -16,3 +16,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// (`ClientMetrics.step_histogram`, `wait_histogram`): from half a millisecond to ten seconds.
 pub const TRAINER_SECONDS_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+mod error_text;
+
+pub use error_text::error_text;

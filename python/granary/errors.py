@@ -3,7 +3,8 @@
 Every one derives from :class:`GranaryError`, and also from the built-in exception a caller would
 catch for that kind of failure (``ConnectionError`` for an unreachable dispatcher, ``LookupError``
 for an unknown pipeline, ``ValueError`` for bad arguments and checkpoints). The message is the
-client's, and carries the dispatcher's own text when it refused a call.
+client's one text, the same the ``granary`` command prints: what failed, then each cause that adds
+something, said once (joined with ``": "``), with the dispatcher's own text when it refused a call.
 """
 
 from __future__ import annotations

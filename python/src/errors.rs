@@ -1,5 +1,6 @@
-//! Client errors as the Python exceptions of `granary.errors`, with the client's message (which
-//! carries the server's text when the dispatcher refused a call).
+//! Client errors as the Python exceptions of `granary.errors`, with the client's one text
+//! ([`ClientError::message`]: each cause said once, and the server's text when the dispatcher
+//! refused a call), the same text the `granary` command prints.
 
 use granary_client::ClientError;
 use pyo3::exceptions::PyRuntimeError;
@@ -29,7 +30,7 @@ fn class_name(error: &ClientError) -> &'static str {
 /// The Python exception for `error`: an instance of its `granary.errors` class, with the error's
 /// message, and the gRPC status code name as `code` when the dispatcher refused a call.
 pub fn to_py(py: Python<'_>, error: ClientError) -> PyErr {
-    let message = error.to_string();
+    let message = error.message();
     let code = match &error {
         ClientError::Refused { code, .. } => Some(format!("{code:?}")),
         _ => None,

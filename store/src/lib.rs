@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod credentials;
 pub mod url;
 
+pub use crate::credentials::{Cloud, CredentialError};
 pub use crate::url::{Located, StoreError, join, memory_store, open};

@@ -2,7 +2,9 @@
 //!
 //! Cloud credentials and endpoints come from the environment the way `object_store`'s builders
 //! read them (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `GOOGLE_SERVICE_ACCOUNT`,
-//! `AZURE_STORAGE_ACCOUNT_NAME`, ...). `memory://NAME/` stores live for the whole process, so
+//! `AZURE_STORAGE_ACCOUNT_NAME`, ...). When none is set, opening a cloud store checks that the
+//! instance-metadata endpoint answers and otherwise fails naming the variables to set (see
+//! [`crate::credentials`]). `memory://NAME/` stores live for the whole process, so
 //! that tests can fill one and hand its URL to a pipeline.
 
 use object_store::aws::AmazonS3Builder;
@@ -14,6 +16,8 @@ use object_store::{ObjectStore, ObjectStoreScheme, RetryConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use url::Url;
+
+use crate::credentials::{self, Cloud, CredentialError};
 
 /// A store and the path of the addressed prefix (or object) inside it.
 #[derive(Clone, Debug)]
@@ -36,6 +40,15 @@ pub enum StoreError {
         url: String,
         /// The parser's complaint.
         reason: String,
+    },
+    /// The store cannot get credentials. The reason is part of the message, not a separate
+    /// cause, so that it is said once.
+    #[error("cannot open `{url}`: {reason}")]
+    Credentials {
+        /// The URL.
+        url: String,
+        /// What is missing and which variables supply it.
+        reason: CredentialError,
     },
     /// The store could not be built.
     #[error("cannot open `{url}`: {source}")]
@@ -85,6 +98,16 @@ fn open_with(url: &str, retry: Option<RetryConfig>) -> Result<Located, StoreErro
         .collect();
     let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| fail(e.into()))?;
     let path = StorePath::parse(path).map_err(|e| fail(e.into()))?;
+    let cloud = match scheme {
+        ObjectStoreScheme::AmazonS3 => Some(Cloud::S3),
+        ObjectStoreScheme::GoogleCloudStorage => Some(Cloud::Gcs),
+        ObjectStoreScheme::MicrosoftAzure => Some(Cloud::Azure),
+        _ => None,
+    };
+    if let Some(cloud) = cloud {
+        credentials::check(cloud, &parsed, &options)
+            .map_err(|reason| StoreError::Credentials { url: url.to_string(), reason })?;
+    }
     // The options every builder understands are applied as `parse_url_opts` applies them.
     macro_rules! build {
         ($builder:ty, $retry:expr) => {{

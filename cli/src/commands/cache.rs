@@ -12,8 +12,9 @@
 //! bad input (an unusable URL, a malformed, unknown or ambiguous fingerprint; clap's usage errors
 //! too), 1 when the store fails.
 
+use crate::exit::InvalidInput;
 use std::collections::BTreeSet;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -73,32 +74,14 @@ pub enum CacheCommand {
     },
 }
 
-/// A problem with what the user typed: reported with exit status 2.
-#[derive(Debug)]
-struct BadInput(String);
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
 /// Runs `granary cache`.
 pub fn cache(args: &CacheArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let text = match runtime.block_on(run(&args.command)) {
-        Ok(text) => text,
-        Err(e) if e.downcast_ref::<BadInput>().is_some() => {
-            eprintln!("error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-        Err(e) => return Err(e),
-    };
+    // What the user typed wrong is an `InvalidInput`: main reports it with exit status 2.
+    let text = runtime.block_on(run(&args.command))?;
     let mut stdout = std::io::stdout().lock();
     // A closed pipe cannot be reported anywhere useful.
     let _ = stdout.write_all(text.as_bytes());
@@ -151,28 +134,30 @@ async fn run(command: &CacheCommand) -> anyhow::Result<String> {
 /// Opens the cache at `url`; an unusable URL is bad input.
 fn open(url: &str) -> anyhow::Result<CacheStore> {
     CacheStore::open(url).map_err(|e| match e {
-        CacheError::Url(_) => anyhow::Error::new(BadInput(e.to_string())),
+        CacheError::Url(_) => anyhow::Error::new(InvalidInput(e.to_string())),
         other => anyhow::Error::new(other),
     })
 }
 
 /// The one entry whose fingerprint starts with `prefix` (at least 6 hex digits, any case).
-fn resolve(entries: &[EntrySummary], prefix: &str, store: &str) -> Result<Fingerprint, BadInput> {
+fn resolve(entries: &[EntrySummary], prefix: &str, store: &str) -> Result<Fingerprint, InvalidInput> {
     let wanted = prefix.to_ascii_lowercase();
     if wanted.len() < MIN_PREFIX
         || wanted.len() > FINGERPRINT_HEX_LEN
         || !wanted.chars().all(|c| c.is_ascii_hexdigit())
     {
-        return Err(BadInput(format!(
+        return Err(InvalidInput(format!(
             "`{prefix}` is not a fingerprint: give {MIN_PREFIX} to {FINGERPRINT_HEX_LEN} hex digits"
         )));
     }
     let matches: Vec<&str> =
         entries.iter().map(|e| e.fingerprint.as_str()).filter(|fp| fp.starts_with(&wanted)).collect();
     match matches.as_slice() {
-        [] => Err(BadInput(format!("no cache entry at {store} has a fingerprint starting with `{wanted}`"))),
-        [one] => Fingerprint::parse(one).map_err(|e| BadInput(e.to_string())),
-        many => Err(BadInput(format!(
+        [] => {
+            Err(InvalidInput(format!("no cache entry at {store} has a fingerprint starting with `{wanted}`")))
+        }
+        [one] => Fingerprint::parse(one).map_err(|e| InvalidInput(e.to_string())),
+        many => Err(InvalidInput(format!(
             "`{prefix}` is ambiguous: it starts {} fingerprints ({}); give more digits",
             many.len(),
             many.iter().map(|fp| &fp[..SHORT]).collect::<Vec<_>>().join(", ")

@@ -49,7 +49,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         DataOptions { images: args.images, image_scale: args.image_scale, ..DataOptions::default() };
     let summary = data::generate(&dir, &options)?;
     if !args.json {
-        println!("generated {summary:?} in {}", dir.display());
+        println!("generated in {}:\n{summary}", dir.display());
     }
     if args.no_run {
         return Ok(ExitCode::SUCCESS);
@@ -94,5 +94,5 @@ pub fn example_manifest(text: &str, dir: &Path) -> anyhow::Result<granary_crds::
     let text = text
         .replace(&format!("file:{EXAMPLE_DATA}"), &format!("file://{dir}/"))
         .replace(EXAMPLE_DATA, &format!("{dir}/"));
-    granary_crds::parse_manifest(&text, Path::new(dir.as_ref()), &[]).map_err(|p| anyhow::anyhow!("{p}"))
+    granary_crds::parse_manifest(&text, Path::new(dir.as_ref()), &[]).map_err(anyhow::Error::new)
 }

@@ -1,6 +1,7 @@
 //! `granary operator`: the Kubernetes operator. It hosts the dispatcher, reconciles
 //! `InputPipeline`s into worker Deployments, and sizes them; one replica leads.
 
+use crate::exit::InvalidInput;
 use anyhow::Context;
 use granary_operator::{OperatorConfig, OperatorOptions, WorkerSettings};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -63,13 +64,21 @@ impl OperatorArgs {
         let resources = some(&self.worker_resources)
             .map(|json| serde_json::from_str::<ResourceRequirements>(&json))
             .transpose()
-            .context("--worker-resources must be a ResourceRequirements in JSON, e.g. {\"requests\":{\"cpu\":\"1\"}}")?;
-        let policy_period = Duration::try_from_secs_f64(self.policy_period)
-            .ok()
-            .filter(|p| !p.is_zero())
-            .ok_or_else(|| anyhow::anyhow!("--policy-period must be a positive number of seconds"))?;
+            .map_err(|e| {
+                InvalidInput(format!(
+                    "--worker-resources must be a ResourceRequirements in JSON, e.g. \
+                     {{\"requests\":{{\"cpu\":\"1\"}}}} ({e})"
+                ))
+            })?;
+        let policy_period =
+            Duration::try_from_secs_f64(self.policy_period).ok().filter(|p| !p.is_zero()).ok_or_else(
+                || InvalidInput("--policy-period must be a positive number of seconds".to_string()),
+            )?;
         if self.worker_image.trim().is_empty() {
-            anyhow::bail!("--worker-image (GRANARY_WORKER_IMAGE) is empty; name the image holding granary");
+            return Err(InvalidInput(
+                "--worker-image (GRANARY_WORKER_IMAGE) is empty; name the image holding granary".to_string(),
+            )
+            .into());
         }
         let identity = some(&self.identity)
             .or_else(|| std::env::var("HOSTNAME").ok())

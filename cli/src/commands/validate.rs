@@ -1,51 +1,89 @@
 //! `granary validate FILE...`: checks manifests and prints every problem as `FIELD_PATH: message`.
 //!
-//! Output, on stdout: `FILE: ok` for a valid file; for an invalid one a header
-//! `FILE: invalid (N problems)` followed by one `FIELD_PATH: message` line per problem. An
-//! unreadable file gets `FILE: cannot read: ...` on stderr. Exit status: 0 when every file is
-//! valid, 1 when some file is invalid, 2 when some file could not be read.
+//! `-` reads a manifest from standard input (relative `file:` paths in it resolve from the current
+//! folder). Output, on stdout: `FILE: ok` for a valid file; for an invalid one a header
+//! `FILE: invalid (N problems)` followed by one `FIELD_PATH: message` line per problem. A file that
+//! cannot be read (missing, unreadable, not UTF-8) gets `FILE: what is wrong; the fix` on stderr.
+//!
+//! With `--json`, one JSON object per file and per line (JSON Lines), in the order given:
+//! `{"file": "FILE", "valid": true|false, "problems": [{"path": "...", "message": "..."}]}`; a file
+//! that cannot be read is invalid with one problem whose path is the file.
+//!
+//! Exit status ([`crate::exit`]): 0 when every file is valid, 2 when some file is invalid or could
+//! not be read.
 
+use crate::exit;
 use granary_crds::manifest::{base_dir_of, parse_manifest};
-use std::io::Write;
-use std::path::PathBuf;
+use granary_crds::read::{manifest_text, read_manifest_text};
+use granary_crds::{Problem, Problems};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Validates each manifest in `files`, printing the report described in the module docs.
-pub fn validate(files: &[PathBuf]) -> ExitCode {
-    validate_with_overrides(files, &[])
+/// Arguments of `granary validate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ValidateArgs {
+    /// Manifest files; `-` reads one from standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print one JSON object per file and per line: `{"file", "valid", "problems": [{"path",
+    /// "message"}]}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Like [`validate`], applying `FIELD=VALUE` overrides (as `granary run --set` does) to every
-/// file before checking it.
-pub fn validate_with_overrides(files: &[PathBuf], overrides: &[String]) -> ExitCode {
+/// One file's verdict, as `--json` prints it.
+#[derive(serde::Serialize)]
+struct Verdict<'a> {
+    file: String,
+    valid: bool,
+    problems: Vec<JsonProblem<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonProblem<'a> {
+    path: &'a str,
+    message: &'a str,
+}
+
+/// Validates each manifest in `args.files`, printing the report described in the module docs.
+pub fn validate(args: &ValidateArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut invalid = false;
-    let mut unreadable = false;
-    for file in files {
-        let text = match std::fs::read_to_string(file) {
-            Ok(text) => text,
-            Err(e) => {
-                unreadable = true;
-                eprintln!("{}: cannot read: {e}", file.display());
-                continue;
-            }
-        };
+    for file in &args.files {
+        let name = file.display().to_string();
+        let result = check(file);
+        invalid |= result.is_err();
         // A failed write to stdout (a closed pipe) cannot be reported anywhere useful; the exit
         // status still tells.
-        match parse_manifest(&text, &base_dir_of(file), overrides) {
-            Ok(_) => {
-                let _ = writeln!(out, "{}: ok", file.display());
+        if args.json {
+            let problems = match &result {
+                Ok(()) => &[][..],
+                Err(Failure::Unreadable(p)) => std::slice::from_ref(p),
+                Err(Failure::Invalid(p)) => p.0.as_slice(),
+            };
+            let verdict = Verdict {
+                file: name,
+                valid: result.is_ok(),
+                problems: problems
+                    .iter()
+                    .map(|p| JsonProblem { path: &p.path, message: &p.message })
+                    .collect(),
+            };
+            if let Ok(line) = serde_json::to_string(&verdict) {
+                let _ = writeln!(out, "{line}");
             }
-            Err(problems) => {
-                invalid = true;
+            continue;
+        }
+        match result {
+            Err(Failure::Unreadable(problem)) => eprintln!("{problem}"),
+            Ok(()) => {
+                let _ = writeln!(out, "{name}: ok");
+            }
+            Err(Failure::Invalid(problems)) => {
                 let n = problems.0.len();
-                let _ = writeln!(
-                    out,
-                    "{}: invalid ({n} problem{})",
-                    file.display(),
-                    if n == 1 { "" } else { "s" }
-                );
+                let _ = writeln!(out, "{name}: invalid ({n} problem{})", if n == 1 { "" } else { "s" });
                 for problem in &problems.0 {
                     let _ = writeln!(out, "{problem}");
                 }
@@ -53,11 +91,28 @@ pub fn validate_with_overrides(files: &[PathBuf], overrides: &[String]) -> ExitC
         }
     }
     let _ = out.flush();
-    if unreadable {
-        ExitCode::from(2)
-    } else if invalid {
-        ExitCode::FAILURE
+    exit::code(if invalid { exit::INVALID_INPUT } else { exit::OK })
+}
+
+/// Why a manifest did not pass.
+enum Failure {
+    /// The file could not be read: one problem at the file's path.
+    Unreadable(Problem),
+    /// The manifest has problems.
+    Invalid(Problems),
+}
+
+/// Reads and checks one manifest (`-`: standard input).
+fn check(file: &Path) -> Result<(), Failure> {
+    let (text, base_dir) = if file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut bytes).map_err(|e| {
+            Failure::Unreadable(Problem::new("-", format!("cannot read standard input ({e})")))
+        })?;
+        let text = manifest_text(bytes).map_err(|m| Failure::Unreadable(Problem::new("-", m)))?;
+        (text, PathBuf::from("."))
     } else {
-        ExitCode::SUCCESS
-    }
+        (read_manifest_text(file).map_err(Failure::Unreadable)?, base_dir_of(file))
+    };
+    parse_manifest(&text, &base_dir, &[]).map(|_| ()).map_err(Failure::Invalid)
 }

@@ -45,8 +45,9 @@ pub struct WorkerArgs {
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut engine = super::run::engine_options(args.threads, &args.prefetch_bytes)?;
     engine.defer_normalize = !args.normalize_on_worker;
-    let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout)
-        .map_err(|_| anyhow::anyhow!("--drain-timeout must be a number of seconds, 0 or more"))?;
+    let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout).map_err(|_| {
+        crate::exit::InvalidInput("--drain-timeout must be a number of seconds, 0 or more".to_string())
+    })?;
     let config = WorkerConfig {
         dispatcher: args.dispatcher.clone(),
         listen: args.listen,

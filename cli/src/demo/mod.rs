@@ -1,3 +1,4 @@
 //! The demo: a small deterministic synthetic dataset for the example pipelines.
 
 pub mod data;
+mod summary;

@@ -81,7 +81,16 @@ async fn load_labels(
     } else {
         (Arc::clone(&located.store), store::join(&located.path, labels))
     };
-    let bytes = get_bytes(store, location.clone()).await?;
+    let bytes = get_bytes(store, location.clone()).await.map_err(|e| match e {
+        SourceError::Io { source: object_store::Error::NotFound { .. }, .. } => SourceError::data(
+            "spec.source.labels",
+            format!(
+                "`{location}` does not exist; give the labels file's path relative to spec.source.url, \
+                 or its URL"
+            ),
+        ),
+        other => other,
+    })?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| SourceError::data(location.to_string(), "spec.source.labels: not UTF-8 text"))?;
     let mut table = HashMap::new();

@@ -23,8 +23,9 @@ pub enum SourceError {
     /// The store could not be opened.
     #[error("spec.source.url: {0}")]
     Store(#[from] store::StoreError),
-    /// A store operation failed.
-    #[error("{what} `{location}`: {source}")]
+    /// A store operation failed. The message says the store's error and each of its causes once
+    /// (the transport's "connection refused" is a cause, not part of the store's own text).
+    #[error("{what} `{location}`: {}", granary_proto::error_text(source))]
     Io {
         /// What was being done.
         what: &'static str,

@@ -110,9 +110,11 @@ struct Report {
 /// Runs `granary bench`.
 pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let Some(manifest) = load_or_report(&args.file, &args.set) else {
-        return Ok(ExitCode::from(2));
+        return Ok(crate::exit::code(crate::exit::INVALID_INPUT));
     };
-    anyhow::ensure!(args.batches > 0, "--batches must be at least 1");
+    if args.batches == 0 {
+        return Err(crate::exit::InvalidInput("--batches must be at least 1".to_string()).into());
+    }
     let options = engine_options(args.threads, &args.prefetch_bytes)?;
 
     let fast_engine = Engine::open(&manifest, options)?;

@@ -49,8 +49,7 @@ pub fn simulate(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let (scenarios, policies) = match (select_scenarios(&args.scenario), select_policies(&args.policy)) {
         (Ok(s), Ok(p)) => (s, p),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
+            return Err(crate::exit::InvalidInput(e.to_string()).into());
         }
     };
     // Find the font before the simulations run, so a missing one fails at once.
