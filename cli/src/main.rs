@@ -1,9 +1,11 @@
 //! `granary`: run ML input pipelines locally, validate specs, print the CRD, generate a demo.
 
+mod args;
 mod commands;
 mod demo;
 mod exit;
 mod local;
+mod summary;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -28,7 +30,7 @@ struct Cli {
 enum Command {
     /// Run a pipeline through the local service (or in this process with `--workers 0`) and
     /// report its throughput.
-    Run(commands::run::RunArgs),
+    Run(args::RunArgs),
     /// Measure a pipeline's steady-state throughput, with ratios against a baseline and the
     /// decode-only limit measured in the same run.
     Bench(commands::bench::BenchArgs),

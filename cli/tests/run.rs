@@ -221,3 +221,202 @@ fn bench_rejects_zero_batches_and_bad_manifests() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec.batch.size"));
 }
+
+/// A jsonl pipeline over `files` files of `lines` lines `{"x": i}` each, `test.sleep` for `ms`
+/// per element, batches of 8, one split per file.
+fn numbers_pipeline(dir: &Path, files: usize, lines: usize, ms: u32, epochs: u32) -> std::path::PathBuf {
+    let data = dir.join("numbers");
+    std::fs::create_dir_all(&data).unwrap();
+    for f in 0..files {
+        let text: String = (0..lines).map(|i| format!("{{\"x\": {}}}\n", f * lines + i)).collect();
+        std::fs::write(data.join(format!("part-{f:03}.jsonl")), text).unwrap();
+    }
+    let manifest = dir.join("numbers.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: numbers}}\nspec:\n  \
+             source: {{url: 'file://{}/', format: jsonl}}\n  stages: [{{op: test.sleep, ms: {ms}}}]\n  \
+             batch: {{size: 8}}\n  epochs: {epochs}\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+/// The epoch digests of `granary run --digest --json` with `--workers N`.
+fn digests(manifest: &Path, workers: &str) -> (Value, Vec<String>) {
+    let v = json_line(&ok(granary().arg("run").arg(manifest).args([
+        "--json",
+        "--digest",
+        "--threads",
+        "1",
+        "--workers",
+        workers,
+    ])));
+    let d = v["epochs"]
+        .as_array()
+        .expect("epochs")
+        .iter()
+        .map(|e| e["digest"].as_str().expect("a digest per epoch").to_string())
+        .collect();
+    (v, d)
+}
+
+/// The in-process engine batches each split on its own and merges the split tails; the service
+/// batches the splits laid end to end and delivers in completion order. Three splits of 10 with
+/// batches of 8 cut the same 30 elements differently, and the digest is the same.
+#[test]
+fn the_digest_is_the_same_in_process_and_through_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = numbers_pipeline(dir.path(), 3, 10, 0, 2);
+    let (local, in_process) = digests(&manifest, "0");
+    let (served, through_workers) = digests(&manifest, "2");
+    assert_eq!(local["items"], 60);
+    assert_eq!(served["items"], 60);
+    assert_eq!(in_process.len(), 2);
+    assert_eq!(in_process, through_workers, "{local}\n{served}");
+    // The definition is pinned: SHA-256 over the sorted SHA-256s of the elements (key, and per
+    // tensor its name, dtype, row shape and row bytes), here 30 elements `part-00F.jsonl:N` with
+    // one int64 `x`. A change to the definition changes this value.
+    assert_eq!(in_process[0], "6a0086586ab634e8cb6b3fee1866b4d7362ea1701810462afebcf3f09d367555");
+    assert_eq!(in_process[0], in_process[1], "the same elements every epoch: nothing is random");
+}
+
+/// A process as `/proc` shows it: its id and start time (so that a reused id is not taken for
+/// it), and its parent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Proc {
+    pid: i32,
+    parent: i32,
+    started: u64,
+    zombie: bool,
+}
+
+fn read_proc(pid: i32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: the command may hold spaces and parentheses.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    Some(Proc {
+        pid,
+        parent: fields.get(1)?.parse().ok()?,
+        started: fields.get(19)?.parse().ok()?,
+        zombie: fields.first()? == &"Z",
+    })
+}
+
+/// The living children of `parent`.
+fn children(parent: u32) -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_proc)
+        .filter(|p| p.parent == parent as i32 && !p.zombie)
+        .collect()
+}
+
+/// Whether `p` still runs (a zombie has ended; the same id with another start time is another
+/// process).
+fn alive(p: &Proc) -> bool {
+    read_proc(p.pid).is_some_and(|now| now.started == p.started && !now.zombie)
+}
+
+/// Polls `done` every 20 ms for at most `seconds` (and at most 50 times a second).
+fn within(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    for _ in 0..seconds * 50 {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done()
+}
+
+/// `granary run --workers 2` mid-epoch, and its two worker processes. Killed on drop, workers
+/// too, whatever the test found.
+struct Running {
+    run: std::process::Child,
+    workers: Vec<Proc>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn start() -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        // 4 × 500 elements at 20 ms each on one thread per worker: far longer than the test.
+        let manifest = numbers_pipeline(dir.path(), 4, 500, 20, 1);
+        let run = granary()
+            .arg("run")
+            .arg(&manifest)
+            .args(["--json", "--workers", "2", "--threads", "1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("granary runs");
+        let mut running = Running { run, workers: Vec::new(), _dir: dir };
+        let pid = running.run.id();
+        let found = within(60, || {
+            running.workers = children(pid);
+            running.workers.len() >= 2
+        });
+        assert!(found, "granary run started {} workers, not 2", running.workers.len());
+        assert_eq!(running.workers.len(), 2, "{:?}", running.workers);
+        assert!(running.run.try_wait().unwrap().is_none(), "the run is still going");
+        running
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child, with a valid signal.
+        assert_eq!(unsafe { libc::kill(self.run.id() as libc::pid_t, signal) }, 0);
+    }
+
+    /// Waits at most 30 s for the run to exit.
+    fn exit_status(&mut self) -> std::process::ExitStatus {
+        let mut status = None;
+        within(30, || {
+            status = self.run.try_wait().unwrap();
+            status.is_some()
+        });
+        status.expect("granary run exits")
+    }
+
+    fn workers_gone_within(&self, seconds: u64) -> bool {
+        within(seconds, || !self.workers.iter().any(alive))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for w in self.workers.iter().filter(|w| alive(w)) {
+            // SAFETY: kill(2) on a process this test started (checked by its start time).
+            unsafe { libc::kill(w.pid, libc::SIGKILL) };
+        }
+        let _ = self.run.kill();
+        let _ = self.run.wait();
+    }
+}
+
+/// SIGTERM stops the workers and ends the run with 143 (128 + SIGTERM), as `--serve` stops.
+#[test]
+fn sigterm_stops_the_run_and_its_workers() {
+    let mut running = Running::start();
+    running.signal(libc::SIGTERM);
+    let status = running.exit_status();
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    assert!(running.workers_gone_within(5), "workers left: {:?}", running.workers);
+}
+
+/// SIGKILL leaves the run no say: the workers end with it all the same.
+#[test]
+fn sigkill_takes_the_workers_along() {
+    let mut running = Running::start();
+    running.signal(libc::SIGKILL);
+    let status = running.exit_status();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    assert!(running.workers_gone_within(5), "workers left: {:?}", running.workers);
+}

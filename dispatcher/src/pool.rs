@@ -1,10 +1,18 @@
 //! The worker pool the dispatcher (and the autoscaler through it) sizes: `scale_to(n)` and
 //! `current()`. Locally the pool is child processes of `granary worker`; under Kubernetes it is
 //! a Deployment's scale.
+//!
+//! Local workers end with the process that started them, however it ends (even SIGKILL): on
+//! Linux each child asks for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`). The kernel sends
+//! it when the *thread* that forked the child exits, so children are forked on one thread that
+//! lives as long as the process, never on a pool thread that may retire when idle. SIGKILL, not
+//! SIGTERM: the dispatcher they would drain towards died with the parent.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::process::{Child, Command};
+use std::sync::OnceLock;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// A failure changing the pool.
@@ -71,8 +79,8 @@ impl ProcessPool {
             for name in &self.unset {
                 command.env_remove(name);
             }
-            let child = command
-                .spawn()
+            end_with_this_process(&mut command);
+            let child = spawn(command)
                 .map_err(|e| PoolError(format!("cannot start worker `{}`: {e}", self.program.display())))?;
             tracing::info!(pid = child.id(), "worker process started");
             self.children.push(child);
@@ -120,6 +128,61 @@ impl ProcessPool {
         }
     }
 }
+
+/// A command to start and where to send the result.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Starts `command` on the spawner thread, which lives as long as the process (it waits on a
+/// channel whose sender is never dropped), so that a child's parent-death signal fires when the
+/// process ends and not before. Without that thread (it could not be started), starts it here.
+fn spawn(mut command: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Option<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, received) = mpsc::channel::<SpawnRequest>();
+        let started = std::thread::Builder::new().name("granary-spawner".into()).spawn(move || {
+            for (mut command, reply) in received {
+                let _ = reply.send(command.spawn());
+            }
+        });
+        match started {
+            Ok(_) => Some(requests),
+            Err(e) => {
+                tracing::warn!("cannot start the spawner thread ({e}); workers may outlive this process");
+                None
+            }
+        }
+    });
+    let Some(spawner) = spawner else { return command.spawn() };
+    let (reply, result) = mpsc::channel();
+    spawner.send((command, reply)).map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    result.recv().map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// Makes the child die (SIGKILL) when this process does: parent-death signal, then a check that
+/// the parent did not die before the signal was asked for (the child would then be an orphan
+/// that no signal ever reaches).
+#[cfg(target_os = "linux")]
+fn end_with_this_process(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure only makes two system calls and builds errors
+    // that do not allocate, as `pre_exec` requires.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere there is no parent-death signal: workers stop when they are stopped.
+#[cfg(not(target_os = "linux"))]
+fn end_with_this_process(_command: &mut Command) {}
 
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with a pid we own and a valid signal number has no memory effects.
@@ -169,5 +232,32 @@ mod tests {
         assert!(e.to_string().contains("stopped"), "{e}");
         assert_eq!(pool.current().await.unwrap(), 0);
         pool.scale_to(0).await.unwrap();
+    }
+
+    /// Children are forked on a thread that outlives the one asking for them: their parent-death
+    /// signal must not fire when a short-lived thread (such as a runtime's idle blocking thread)
+    /// exits.
+    #[tokio::test]
+    async fn workers_outlive_the_thread_that_started_them() {
+        let mut pool = ProcessPool::new("sleep", vec!["30".into()]);
+        let mut pool = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(pool.scale_to(2)).unwrap();
+            pool
+        })
+        .join()
+        .unwrap();
+        // Had the children been forked on that thread, they would be killed by now or soon:
+        // look for a while (bounded in time and count).
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        for _ in 0..50 {
+            assert_eq!(pool.current().await.unwrap(), 2, "a worker died with the thread that started it");
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        pool.stop_within(Duration::from_secs(5)).await;
+        assert_eq!(pool.current().await.unwrap(), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! `granary demo`: generate a small deterministic dataset and run every example pipeline on it.
 
-use crate::commands::run::{self, RunArgs};
+use crate::args::RunArgs;
 use crate::demo::data::{self, DataOptions};
+use crate::summary::print_summary;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -82,7 +83,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!("{}", serde_json::to_string(&summary)?);
         } else {
-            run::print_summary(&summary);
+            print_summary(&summary);
         }
     }
     Ok(ExitCode::SUCCESS)

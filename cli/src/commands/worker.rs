@@ -43,7 +43,7 @@ pub struct WorkerArgs {
 
 /// Runs `granary worker` until SIGTERM or Ctrl-C, then drains.
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
-    let mut engine = super::run::engine_options(args.threads, &args.prefetch_bytes)?;
+    let mut engine = crate::args::engine_options(args.threads, &args.prefetch_bytes)?;
     engine.defer_normalize = !args.normalize_on_worker;
     let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout).map_err(|_| {
         crate::exit::InvalidInput("--drain-timeout must be a number of seconds, 0 or more".to_string())

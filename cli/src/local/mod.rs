@@ -3,9 +3,12 @@
 
 pub mod catalog;
 pub mod consume;
+pub mod interrupt;
 pub mod service;
 
-use crate::commands::run::{RunArgs, RunSummary, engine_options};
+use crate::args::{RunArgs, engine_options};
+use crate::summary::RunSummary;
+use interrupt::StopSignals;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -77,14 +80,34 @@ fn options(
     })
 }
 
-/// `granary run --workers N`: the local service and the built-in consumer.
+/// `granary run --workers N`: the local service and the built-in consumer. SIGTERM or SIGINT
+/// stops the workers and ends the run with an [`interrupt::Interrupted`] error.
 pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
     let rt = runtime()?;
     rt.block_on(async {
+        // Before any worker starts: from here on a signal stops them rather than this process.
+        let mut signals = StopSignals::listen()?;
         let options = options(manifest, args, ([127, 0, 0, 1], 0).into())?;
-        let local = service::LocalService::start(manifest, &options).await?;
+        let local = tokio::select! {
+            local = service::LocalService::start(manifest, &options) => local?,
+            interrupted = signals.recv() => return Err(interrupted.into()),
+        };
         let threads = options.worker_threads();
-        let result = consume::consume(&local.address.to_string(), &local.pipeline, args, threads).await;
+        let address = local.address.to_string();
+        let consumed = tokio::select! {
+            result = consume::consume(&address, &local.pipeline, args, threads) => {
+                Ok(result)
+            }
+            interrupted = signals.recv() => Err(interrupted),
+        };
+        let result = match consumed {
+            Ok(result) => result,
+            Err(interrupted) => {
+                // Nobody reads what the workers hold any more: no drain worth waiting for.
+                local.stop(END_OF_RUN_GRACE).await;
+                return Err(interrupted.into());
+            }
+        };
         let scaling = local.scaling().map(|s| s.report());
         let cache = settled_cache_report(&local).await;
         // The only consumer is done: there is nothing left worth draining for.
@@ -119,17 +142,20 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
     let listen = args.serve.unwrap_or_else(|| ([127, 0, 0, 1], 0).into());
     let rt = runtime()?;
     rt.block_on(async {
-        let local = service::LocalService::start(manifest, &options(manifest, args, listen)?).await?;
+        let mut signals = StopSignals::listen()?;
+        let options = options(manifest, args, listen)?;
+        let local = tokio::select! {
+            local = service::LocalService::start(manifest, &options) => local?,
+            _ = signals.recv() => return Ok(ExitCode::SUCCESS),
+        };
         println!(
             "{}",
             serde_json::json!({"dispatcher": local.address.to_string(), "pipeline": local.pipeline})
         );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {
-                _ = term.recv() => break,
-                _ = tokio::signal::ctrl_c() => break,
+                _ = signals.recv() => break,
                 _ = tick.tick() => {
                     if args.exit_when_done && local.done() {
                         break;

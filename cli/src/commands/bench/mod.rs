@@ -6,7 +6,8 @@
 
 mod served;
 
-use crate::commands::run::{engine_options, load_or_report};
+use crate::args::engine_options;
+use crate::commands::run::load_or_report;
 use anyhow::Context;
 use granary_crds::{Manifest, OpConfig};
 use granary_worker::{Engine, EngineOptions, ImagePath};

@@ -1,0 +1,83 @@
+//! Arguments shared beyond their own command: those of `granary run` (the local service and
+//! `granary demo` read them too) and the engine options from `--threads` and `--prefetch-bytes`
+//! (`granary run`, `bench` and `worker`).
+
+use granary_worker::EngineOptions;
+use std::path::PathBuf;
+
+/// Arguments of `granary run`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// InputPipeline manifest.
+    pub file: PathBuf,
+    /// Number of epochs (overrides spec.epochs).
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// Stop after this many batches in all.
+    #[arg(long)]
+    pub limit_batches: Option<u64>,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
+    #[arg(long, default_value = "512Mi")]
+    pub prefetch_bytes: String,
+    /// Print one JSON summary line on stdout instead of the text summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print a digest of every epoch's elements (keys, dtypes, shapes and tensor bytes), a
+    /// SHA-256 in hex that does not depend on batching or on the order batches arrive in: the same
+    /// data gives the same digest in this process (`--workers 0`) and through workers.
+    #[arg(long)]
+    pub digest: bool,
+    /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// Worker processes of the local service (dispatcher in this process), a fixed count; 0 runs
+    /// the engine in this process instead. Default: as `spec.scaling` says. With `policy: auto`
+    /// (the default) the autoscaler sizes the pool between `minWorkers` and `maxWorkers` (here
+    /// at most the number of cores unless the spec sets it); with `fixed`, `replicas`.
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// Most worker processes the autoscaler may run here (default: `spec.scaling.maxWorkers`,
+    /// at most the number of cores). Raise it for pipelines that wait on I/O rather than compute.
+    #[arg(long, conflicts_with = "workers")]
+    pub max_workers: Option<u32>,
+    /// Seconds between autoscaling evaluations.
+    #[arg(long, default_value_t = 5.0)]
+    pub policy_period: f64,
+    /// Serve the dispatcher API at ADDR for external clients instead of consuming; prints
+    /// `{"dispatcher":"HOST:PORT","pipeline":NAME}` once ready and runs until SIGTERM or SIGINT (then exits 0).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// With `--serve`: exit once every consumer of every job delivered all epochs.
+    #[arg(long, requires = "serve")]
+    pub exit_when_done: bool,
+    /// With workers: apply a final `float32` `image.normalize` on the workers and send `float32`
+    /// over the wire, instead of `uint8` that the client finishes (the default; same values).
+    #[arg(long)]
+    pub normalize_on_worker: bool,
+    /// Serve the dispatcher's Prometheus metrics at `GET /metrics` on ADDR (needs the local
+    /// service: `--workers` of 1 or more, or `--serve`).
+    #[arg(long, env = "GRANARY_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where the dispatcher journals its state (a local path or an object-store URL).
+    #[arg(long, value_name = "URL")]
+    pub journal: Option<String>,
+    /// Store-wide budget of the cache store(s) in use, in bytes or with a suffix (`20Gi`): the
+    /// least recently used entries not in use are evicted beyond it.
+    #[arg(long, value_name = "BYTES")]
+    pub cache_max_bytes: Option<String>,
+}
+
+/// Engine options from `--threads` and `--prefetch-bytes`.
+pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> anyhow::Result<EngineOptions> {
+    let mut options = EngineOptions::default();
+    if let Some(t) = threads {
+        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        options.threads = t;
+    }
+    options.prefetch_bytes = granary_crds::quantity::parse_bytes(prefetch_bytes)
+        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+    Ok(options)
+}

@@ -1,0 +1,186 @@
+//! The figures `granary run` reports: per epoch and for the run, printed as text or one JSON
+//! line (`--json`). [`tally::Tally`] counts them as batches arrive, the same way for the engine
+//! in this process and for the client reading from workers.
+
+pub mod digest;
+pub mod progress;
+pub mod tally;
+
+use serde::Serialize;
+
+/// One epoch's figures.
+#[derive(Serialize, Debug, Clone)]
+pub struct EpochSummary {
+    /// Epoch, counted from 0.
+    pub epoch: u32,
+    /// Elements delivered.
+    pub items: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Wall time of the epoch.
+    pub seconds: f64,
+    /// Digest of the epoch's elements, with `--digest` (see [`digest`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// What the cache did in the epoch (`compute`, `write` or `read`), when the pipeline caches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    /// Cache entry bytes read in the epoch, as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_read: Option<u64>,
+    /// Cache entry bytes written in the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_written: Option<u64>,
+    /// The autocacher's predicted items/s for the epoch's kind (for a reading epoch,
+    /// 1 / (read seconds per element + seconds per element of the stages after the cut)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_items_per_s: Option<f64>,
+}
+
+/// The run's figures (`--json`).
+#[derive(Serialize, Debug, Clone)]
+pub struct RunSummary {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Elements delivered.
+    pub items: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Tensor bytes delivered.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Elements per second.
+    pub items_per_s: f64,
+    /// Tensor megabytes (10^6) per second.
+    pub mb_per_s: f64,
+    /// Peak resident memory of this process (VmHWM), if known.
+    pub peak_rss_bytes: Option<u64>,
+    /// Compute threads used.
+    pub threads: usize,
+    /// Per-epoch figures.
+    pub epochs: Vec<EpochSummary>,
+    /// What the autoscaler did, when it sized the pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<granary_dispatcher::autoscaler::ScalingReport>,
+    /// What the autocacher decided and did, when the pipeline caches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<granary_dispatcher::CacheReport>,
+}
+
+impl EpochSummary {
+    /// An epoch with nothing delivered yet.
+    pub fn new(epoch: u32) -> EpochSummary {
+        EpochSummary {
+            epoch,
+            items: 0,
+            batches: 0,
+            seconds: 0.0,
+            digest: None,
+            cache: None,
+            cache_bytes_read: None,
+            cache_bytes_written: None,
+            predicted_items_per_s: None,
+        }
+    }
+}
+
+impl RunSummary {
+    /// A run with nothing delivered yet.
+    pub fn new(pipeline: String, threads: usize) -> RunSummary {
+        RunSummary {
+            pipeline,
+            items: 0,
+            batches: 0,
+            bytes: 0,
+            seconds: 0.0,
+            items_per_s: 0.0,
+            mb_per_s: 0.0,
+            peak_rss_bytes: None,
+            threads,
+            epochs: Vec::new(),
+            scaling: None,
+            cache: None,
+        }
+    }
+
+    /// Adds what the autocacher did to the epochs (and the report itself).
+    pub fn with_cache(mut self, report: Option<granary_dispatcher::CacheReport>) -> RunSummary {
+        let Some(report) = report else { return self };
+        for epoch in &mut self.epochs {
+            if let Some(c) = report.epochs.iter().find(|c| c.epoch == epoch.epoch) {
+                epoch.cache = Some(c.mode.clone());
+                epoch.cache_bytes_read = Some(c.bytes_read);
+                epoch.cache_bytes_written = Some(c.bytes_written);
+                epoch.predicted_items_per_s = c.predicted_items_per_s;
+            }
+        }
+        self.cache = Some(report);
+        self
+    }
+
+    /// Sets the wall time and the rates derived from it, and the peak RSS.
+    pub fn finish(&mut self, seconds: f64) {
+        self.seconds = seconds;
+        let secs = seconds.max(1e-9);
+        self.items_per_s = self.items as f64 / secs;
+        self.mb_per_s = self.bytes as f64 / secs / 1e6;
+        self.peak_rss_bytes = peak_rss();
+    }
+}
+
+/// Peak resident set size of this process (VmHWM), on Linux.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Prints the human summary.
+pub fn print_summary(s: &RunSummary) {
+    println!(
+        "{}: {} items in {} batches, {:.2} s: {:.0} items/s, {:.1} MB/s ({} threads{})",
+        s.pipeline,
+        s.items,
+        s.batches,
+        s.seconds,
+        s.items_per_s,
+        s.mb_per_s,
+        s.threads,
+        s.peak_rss_bytes.map(|b| format!(", peak RSS {} MiB", b >> 20)).unwrap_or_default()
+    );
+    for e in &s.epochs {
+        let cache = match (&e.cache, e.predicted_items_per_s) {
+            (Some(mode), predicted) => format!(
+                ", cache {mode} ({:.1} MB read, {:.1} MB written{})",
+                e.cache_bytes_read.unwrap_or(0) as f64 / 1e6,
+                e.cache_bytes_written.unwrap_or(0) as f64 / 1e6,
+                predicted.map(|p| format!(", {p:.0} items/s predicted")).unwrap_or_default()
+            ),
+            (None, _) => String::new(),
+        };
+        println!(
+            "  epoch {}: {} items, {} batches, {:.2} s{}{cache}",
+            e.epoch,
+            e.items,
+            e.batches,
+            e.seconds,
+            e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
+        );
+    }
+    if let Some(decision) = s.cache.as_ref().and_then(|c| c.decision.as_ref()) {
+        println!("  autocacher: {}", decision.reason);
+    }
+    if let Some(scaling) = &s.scaling {
+        println!(
+            "  autoscaler: {} workers at the end, {:.0} worker-seconds, {} changes",
+            scaling.desired,
+            scaling.worker_seconds,
+            scaling.decisions.len()
+        );
+        for d in &scaling.decisions {
+            println!("    {:>6.1} s: {} → {} workers: {}", d.at_s, d.from, d.to, d.reason);
+        }
+    }
+}
