@@ -18,7 +18,12 @@ pub fn load_or_report(file: &Path, set: &[String]) -> Option<granary_crds::Manif
     match load_manifest(file, set) {
         Ok(m) => Some(m),
         Err(problems) => {
-            eprintln!("{}: invalid ({} problems)", file.display(), problems.0.len());
+            // A file that cannot be read is one problem at the file's own path: said once.
+            let unreadable = matches!(&problems.0[..], [p] if p.path == file.display().to_string());
+            if !unreadable {
+                let n = problems.0.len();
+                eprintln!("{}: invalid ({n} problem{})", file.display(), if n == 1 { "" } else { "s" });
+            }
             for p in &problems.0 {
                 eprintln!("{p}");
             }
