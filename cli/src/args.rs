@@ -2,6 +2,7 @@
 //! `granary demo` read them too) and the engine options from `--threads` and `--prefetch-bytes`
 //! (`granary run`, `bench` and `worker`).
 
+use crate::exit::InvalidInput;
 use granary_worker::EngineOptions;
 use std::path::PathBuf;
 
@@ -70,14 +71,17 @@ pub struct RunArgs {
     pub cache_max_bytes: Option<String>,
 }
 
-/// Engine options from `--threads` and `--prefetch-bytes`.
-pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> anyhow::Result<EngineOptions> {
+/// Engine options from `--threads` and `--prefetch-bytes`; a bad value is invalid input (exit
+/// status 2), naming the flag.
+pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> Result<EngineOptions, InvalidInput> {
     let mut options = EngineOptions::default();
     if let Some(t) = threads {
-        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        if t == 0 {
+            return Err(InvalidInput("--threads must be at least 1".to_string()));
+        }
         options.threads = t;
     }
     options.prefetch_bytes = granary_crds::quantity::parse_bytes(prefetch_bytes)
-        .map_err(|e| anyhow::anyhow!("--prefetch-bytes: {e}"))? as usize;
+        .map_err(|e| InvalidInput(format!("--prefetch-bytes: {e}")))? as usize;
     Ok(options)
 }
