@@ -74,7 +74,10 @@ impl Stopwatch {
 
     fn elapsed(&self) -> Duration {
         let wall = self.wall.elapsed();
-        wall.saturating_sub(run_queue_delay().saturating_sub(self.delay))
+        let computed = wall.saturating_sub(run_queue_delay().saturating_sub(self.delay));
+        // The kernel accounts the delay at context switches, so on a loaded machine a short
+        // interval can read as all delay; work takes time, so that reading falls back to the wall.
+        if computed.is_zero() { wall } else { computed }
     }
 }
 
