@@ -59,7 +59,7 @@ fn window(src: &[u8], h: usize, w: usize, top: i64, left: i64, out_h: usize, out
 
 impl Operator for CenterCropOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
-        const OP: &str = CenterCrop::OP;
+        const OP: &str = "image.center_crop";
         let src = rgb_u8(OP, element, &self.field)?;
         let (h, w, size) = (src.height, src.width, self.size);
         check_dimensions(OP, "the output image", size, size)?;
@@ -142,7 +142,7 @@ pub fn rrc_params(
 
 impl Operator for RandomResizedCropOp {
     fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
-        const OP: &str = RandomResizedCrop::OP;
+        const OP: &str = "image.random_resized_crop";
         let src = rgb_u8(OP, element, &self.field)?;
         check_dimensions(OP, "the input image", src.height, src.width)?;
         let region = rrc_params(src.height, src.width, self.scale, self.ratio, rng);

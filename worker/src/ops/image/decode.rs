@@ -10,7 +10,7 @@ use image::codecs::png::PngDecoder;
 use image::{DynamicImage, ImageDecoder};
 use std::io::Cursor;
 
-const OP: &str = Decode::OP;
+const OP: &str = "image.decode";
 pub(super) const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
 

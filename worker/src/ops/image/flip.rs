@@ -7,7 +7,7 @@ use crate::seed::SeededRng;
 use crate::tensor::TensorData;
 use granary_crds::ops::image::Flip;
 
-const OP: &str = Flip::OP;
+const OP: &str = "image.flip";
 
 /// Mirrors an HWC image (`uint8` or `float32`, 3 channels) left to right, in place, with
 /// probability `p`.

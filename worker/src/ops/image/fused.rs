@@ -25,10 +25,9 @@ use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use fast_image_resize as fr;
 use granary_crds::OpConfig;
-use granary_crds::ops::image::{Decode, RandomResizedCrop};
 use std::cell::RefCell;
 
-const OP: &str = Decode::OP;
+const OP: &str = "image.decode";
 
 /// How a pipeline's image stages run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,7 +128,7 @@ impl FusedCropOp {
             decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?;
         let region = rrc_params(h, w, self.scale, self.ratio, rng);
         let src = RgbView { height: h, width: w, data: &pixels };
-        let resized = resize_rgb(RandomResizedCrop::OP, src, Some(region), self.size, self.size)?;
+        let resized = resize_rgb("image.random_resized_crop", src, Some(region), self.size, self.size)?;
         let flip = self.flip.is_some_and(|p| rng.uniform() < p);
         Ok(self.form.emit(&resized, self.size, self.size, flip))
     }
@@ -237,10 +236,8 @@ thread_local! {
 pub fn resize_into(src: RgbView<'_>, crop: [f64; 4], size: usize, out: &mut Vec<u8>) -> Result<(), OpError> {
     let fail = |what: &dyn std::fmt::Display| {
         OpError::new(format!(
-            "`{}`: resizing a {}×{} window failed: {what}",
-            RandomResizedCrop::OP,
-            src.width,
-            src.height
+            "`image.random_resized_crop`: resizing a {}×{} window failed: {what}",
+            src.width, src.height
         ))
     };
     let [left, top, width, height] = crop;

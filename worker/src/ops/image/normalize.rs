@@ -8,7 +8,7 @@ use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use granary_crds::ops::image::{ImageDType, Layout, Normalize};
 
-const OP: &str = Normalize::OP;
+const OP: &str = "image.normalize";
 
 use granary_kernels::normalize::{self as kernel, interleaved, planar};
 pub use granary_kernels::normalize::{Lut, lut};

@@ -6,7 +6,7 @@ use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
 use granary_crds::ops::image::Resize;
 
-const OP: &str = Resize::OP;
+const OP: &str = "image.resize";
 
 /// Resizes an image so that its shorter side is `size` pixels (bilinear, antialiased when
 /// shrinking).
