@@ -23,6 +23,10 @@ pub struct RunArgs {
     /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
+    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
+    /// `python3` on PATH). It needs NumPy.
+    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
     /// Print one JSON summary line on stdout instead of the text summary.
     #[arg(long)]
     pub json: bool,
@@ -73,8 +77,13 @@ pub struct RunArgs {
 
 /// Engine options from `--threads` and `--prefetch-bytes`; a bad value is invalid input (exit
 /// status 2), naming the flag.
-pub fn engine_options(threads: Option<usize>, prefetch_bytes: &str) -> Result<EngineOptions, InvalidInput> {
-    let mut options = EngineOptions::default();
+pub fn engine_options(
+    threads: Option<usize>,
+    prefetch_bytes: &str,
+    python: Option<&std::path::Path>,
+) -> Result<EngineOptions, InvalidInput> {
+    let mut options =
+        EngineOptions { python: python.map(std::path::Path::to_path_buf), ..EngineOptions::default() };
     if let Some(t) = threads {
         if t == 0 {
             return Err(InvalidInput("--threads must be at least 1".to_string()));

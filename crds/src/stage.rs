@@ -36,12 +36,15 @@ impl JsonSchema for StageSpec {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         let names: Vec<&str> = crate::ops::OPS.iter().map(|op| op.name).collect();
-        let random: Vec<&str> =
-            crate::ops::OPS.iter().filter(|op| !op.deterministic).map(|op| op.name).collect();
+        let random: Vec<&str> = crate::ops::OPS
+            .iter()
+            .filter(|op| op.deterministic == crate::ops::Determinism::Never)
+            .map(|op| op.name)
+            .collect();
         let op = format!(
             "Operator name: one of {}. The operator's own fields sit beside `op` (docs/spec.md lists \
-             them). Random operators ({}) end the deterministic prefix, within which a stage's output \
-             can be cached.",
+             them). Random operators ({}), and `python.map` unless it says \
+             `deterministic: true`, end the deterministic prefix, within which a stage's output can be cached.",
             names.join(", "),
             random.join(", ")
         );

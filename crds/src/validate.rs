@@ -406,7 +406,10 @@ fn check_cache(cache: &CacheSpec, stages: &[StageSpec], problems: &mut Vec<Probl
 /// Index of the first stage outside the deterministic prefix (`stages.len()` when all are
 /// deterministic). Unknown operators end the prefix.
 pub fn deterministic_prefix_len(stages: &[StageSpec]) -> usize {
-    stages.iter().position(|s| !op_info(&s.op).is_some_and(|i| i.deterministic)).unwrap_or(stages.len())
+    stages
+        .iter()
+        .position(|s| !op_info(&s.op).is_some_and(|i| i.deterministic_for(s)))
+        .unwrap_or(stages.len())
 }
 
 fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {

@@ -1,6 +1,6 @@
 //! The operator registry: every row's facts agree with its name and its typed config.
 
-use granary_crds::ops::{Family, Kind, OPS, OpConfig, op_info, producer_of};
+use granary_crds::ops::{Determinism, Family, Kind, OPS, OpConfig, op_info, producer_of};
 use granary_crds::{SourceFormat, StageSpec};
 
 /// The least fields that make a valid stage of `op`.
@@ -12,6 +12,7 @@ fn fields(op: &str) -> serde_json::Value {
         "table.select" => serde_json::json!({"columns": ["a"]}),
         "table.cast" => serde_json::json!({"columns": {"a": "int64"}}),
         "test.sleep" => serde_json::json!({"ms": 1}),
+        "python.map" => serde_json::json!({"function": "augment:jitter"}),
         _ => serde_json::json!({}),
     }
 }
@@ -26,7 +27,9 @@ fn every_row_parses_into_its_own_config() {
         };
         let config = OpConfig::parse(&stage, "s").unwrap_or_else(|p| panic!("{}: {p:?}", info.name));
         assert_eq!(config.op_name(), info.name);
-        assert_eq!(config.deterministic(), info.deterministic, "{}", info.name);
+        // A stage that declares nothing is not deterministic.
+        assert_eq!(config.deterministic(), info.deterministic == Determinism::Always, "{}", info.name);
+        assert_eq!(info.deterministic_for(&stage), config.deterministic(), "{}", info.name);
         assert_eq!(OPS.iter().filter(|i| i.name == info.name).count(), 1, "{} is listed once", info.name);
     }
 }
@@ -39,6 +42,7 @@ fn families_match_the_name_prefix() {
             Family::Text => "text.",
             Family::Table => "table.",
             Family::Test => "test.",
+            Family::Python => "python.",
         };
         assert!(info.name.starts_with(prefix), "{} is in {:?}", info.name, info.family);
     }
@@ -60,6 +64,29 @@ fn fields_and_kinds() {
     assert_eq!(producer_of(Kind::Tokens).map(|i| i.name), Some("text.tokenize"));
     let finishers: Vec<&str> = OPS.iter().filter(|i| i.output == Kind::ImageTensor).map(|i| i.name).collect();
     assert_eq!(finishers, ["image.normalize"]);
-    let random: Vec<&str> = OPS.iter().filter(|i| !i.deterministic).map(|i| i.name).collect();
+    let random: Vec<&str> =
+        OPS.iter().filter(|i| i.deterministic == Determinism::Never).map(|i| i.name).collect();
     assert_eq!(random, ["image.random_resized_crop", "image.flip"]);
+}
+
+#[test]
+fn user_code_is_deterministic_only_when_it_says_so() {
+    let stage = |deterministic: Option<bool>| {
+        let mut params = serde_json::json!({"function": "augment:jitter"}).as_object().cloned().unwrap();
+        if let Some(d) = deterministic {
+            params.insert("deterministic".into(), d.into());
+        }
+        StageSpec { op: "python.map".into(), name: None, params }
+    };
+    let info = op_info("python.map").unwrap();
+    assert_eq!(info.deterministic, Determinism::Declared);
+    for (declared, expected) in [(None, false), (Some(false), false), (Some(true), true)] {
+        let s = stage(declared);
+        assert_eq!(info.deterministic_for(&s), expected);
+        assert_eq!(OpConfig::parse(&s, "s").unwrap().deterministic(), expected);
+        assert_eq!(
+            granary_crds::validate::deterministic_prefix_len(std::slice::from_ref(&s)),
+            usize::from(expected)
+        );
+    }
 }

@@ -4,10 +4,12 @@ use crate::batch::{self, Batch, BatchError};
 use crate::cache::{EngineCache, entries};
 use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
 use crate::ops::image::fused::{FusedCropOp, ImagePath};
+use crate::ops::python::{Interpreter, PythonStages, StartError};
 use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
 use crate::source::{Source, SourceError, get_bytes};
 use crate::store;
+use granary_crds::ops::PythonMap;
 use granary_crds::ops::image::{ImageDType, Layout};
 use granary_crds::{InputPipelineSpec, Manifest, OpConfig};
 use std::collections::VecDeque;
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use tokio::runtime::Runtime;
 
 /// Engine settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct EngineOptions {
     /// Compute threads (default: every core).
     pub threads: usize,
@@ -31,6 +33,9 @@ pub struct EngineOptions {
     /// Raw bytes of records per cache chunk (default 4 MiB): the unit a bad entry is recomputed
     /// from.
     pub cache_chunk_bytes: usize,
+    /// The Python interpreter of `python.*` stages (`--python`); `None` finds one as
+    /// [`Interpreter::find`] says.
+    pub python: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -41,6 +46,7 @@ impl Default for EngineOptions {
             image_path: ImagePath::Fused,
             defer_normalize: false,
             cache_chunk_bytes: granary_store::cache::CHUNK_MAX_RAW_BYTES,
+            python: None,
         }
     }
 }
@@ -113,12 +119,13 @@ impl Engine {
             .map_err(EngineError::Runtime)?;
         let source = Arc::new(runtime.block_on(Source::open(&spec.source, spec.batch.size as usize))?);
         let resources = Resources::default();
-        let ctx = build_context(&manifest.base_dir, runtime.handle().clone(), resources.clone());
+        let mut ctx = build_context(&manifest.base_dir, runtime.handle().clone(), resources.clone());
         let mut configs = Vec::with_capacity(spec.stages.len());
         for (i, stage) in spec.stages.iter().enumerate() {
             configs
                 .push(OpConfig::parse(stage, &format!("spec.stages[{i}]")).map_err(granary_crds::Problems)?);
         }
+        ctx.python = start_python(&configs, &manifest.base_dir, &options, &resources)?.map(Arc::new);
         let deferred = match configs.last() {
             Some(OpConfig::ImageNormalize(n))
                 if options.defer_normalize && n.dtype == ImageDType::Float32 =>
@@ -367,6 +374,53 @@ impl Iterator for EpochBatches {
     }
 }
 
+/// Starts the runners of the pipeline's Python stages, when it has any, and records each stage's
+/// module file as a resource of the stage (a changed function changes the cache fingerprints
+/// after it).
+fn start_python(
+    configs: &[OpConfig],
+    base_dir: &Path,
+    options: &EngineOptions,
+    resources: &Resources,
+) -> Result<Option<PythonStages>, EngineError> {
+    let stages: Vec<(usize, PythonMap)> = configs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            OpConfig::PythonMap(m) => Some((i, m.clone())),
+            _ => None,
+        })
+        .collect();
+    let Some(&(first, _)) = stages.first() else { return Ok(None) };
+    let build = |i: usize, message: String| EngineError::Build {
+        path: format!("spec.stages[{i}]"),
+        error: BuildError(message),
+    };
+    let interpreter = Interpreter::find(options.python.as_deref()).map_err(|e| build(first, e))?;
+    let paths = vec![base_dir.display().to_string()];
+    let configs_only = stages.iter().map(|(_, m)| m.clone()).collect();
+    let python =
+        PythonStages::start(interpreter, configs_only, paths, options.threads).map_err(|e| match e {
+            StartError::Stage { stage, message } => EngineError::Build {
+                path: format!("spec.stages[{}].function", stages.get(stage).map_or(first, |s| s.0)),
+                error: BuildError(message),
+            },
+            other => build(first, other.to_string()),
+        })?;
+    if let Ok(mut read) = resources.read.lock() {
+        // Named by the function, not the file's path, so that entries are shared across
+        // machines that install the module in different places.
+        for ((i, m), facts) in stages.iter().zip(python.facts()) {
+            read.push(entries::Resource {
+                stage: *i,
+                location: m.function.clone(),
+                sha256: facts.sha256.clone(),
+            });
+        }
+    }
+    Ok(Some(python))
+}
+
 /// A name for this process's cache writes, distinct across processes and engines.
 fn writer_id() -> String {
     static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -410,5 +464,6 @@ fn build_context(base_dir: &Path, rt: tokio::runtime::Handle, resources: Resourc
             }
             Ok(bytes)
         }),
+        python: None,
     }
 }

@@ -33,6 +33,29 @@ impl Tensor {
         (t.len() == t.shape.iter().product::<usize>()).then_some(t)
     }
 
+    /// A tensor of `dtype` from its little-endian bytes; `None` when they are not whole values or
+    /// not as many as `shape` holds (extents whose product overflows included).
+    pub fn from_le_bytes(dtype: DType, shape: Vec<usize>, raw: &[u8]) -> Option<Tensor> {
+        fn cast<T: bytemuck::Pod>(raw: &[u8]) -> Option<Vec<T>> {
+            let size = std::mem::size_of::<T>();
+            if !raw.len().is_multiple_of(size) {
+                return None;
+            }
+            let mut out: Vec<T> = vec![T::zeroed(); raw.len() / size];
+            bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(raw);
+            Some(out)
+        }
+        shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d))?;
+        let data = match dtype {
+            DType::Uint8 => TensorData::U8(raw.to_vec()),
+            DType::Int32 => TensorData::I32(cast(raw)?),
+            DType::Int64 => TensorData::I64(cast(raw)?),
+            DType::Float32 => TensorData::F32(cast(raw)?),
+            DType::Float64 => TensorData::F64(cast(raw)?),
+        };
+        Tensor::new(shape, data)
+    }
+
     /// A scalar `int64`.
     pub fn scalar_i64(v: i64) -> Tensor {
         Tensor { shape: Vec::new(), data: TensorData::I64(vec![v]) }

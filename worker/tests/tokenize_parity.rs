@@ -22,6 +22,7 @@ fn local_ctx() -> BuildContext {
     BuildContext {
         base_dir: base,
         read: Box::new(move |p| std::fs::read(root.join(p)).map_err(|e| BuildError(format!("{p}: {e}")))),
+        python: None,
     }
 }
 

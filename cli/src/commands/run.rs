@@ -73,11 +73,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs a loaded manifest in this process with the options of `args` and returns the figures.
 pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
-    let options = engine_options(args.threads, &args.prefetch_bytes)?;
+    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
+    let threads = options.threads;
     let engine = Engine::open(manifest, options)?;
     let epochs = args.epochs.unwrap_or(engine.spec().epochs);
     let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
-    let mut tally = Tally::new(name, options.threads, epochs, args);
+    let mut tally = Tally::new(name, threads, epochs, args);
     if epochs > 0 {
         for batch in engine.run_epochs(0..epochs) {
             let batch = batch.with_context(|| format!("after {} batches", tally.batches()))?;

@@ -61,6 +61,8 @@ pub struct ServiceOptions {
     pub threads: Option<usize>,
     /// `--prefetch-bytes` for each worker.
     pub prefetch_bytes: String,
+    /// The Python interpreter of `python.map` stages, passed on to the workers.
+    pub python: Option<std::path::PathBuf>,
     /// `--normalize-on-worker` for each worker.
     pub normalize_on_worker: bool,
     /// Serve the dispatcher's metrics at `GET /metrics` here.
@@ -174,6 +176,10 @@ fn worker_processes(
         "--prefetch-bytes".to_string(),
         options.prefetch_bytes.clone(),
     ];
+    if let Some(python) = &options.python {
+        args.push("--python".to_string());
+        args.push(python.display().to_string());
+    }
     if options.normalize_on_worker {
         args.push("--normalize-on-worker".to_string());
     }

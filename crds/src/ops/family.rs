@@ -13,6 +13,8 @@ pub enum Family {
     Table,
     /// `test.*`: operators for testing the service itself.
     Test,
+    /// `python.*`: the user's own Python functions, which take whatever the element holds.
+    Python,
 }
 
 /// The source formats a family's operators can read, and why, for the message that names a stage
@@ -27,7 +29,7 @@ pub struct FormatFit {
 
 impl Family {
     /// Every family, in the order validation reports them.
-    pub const ALL: [Family; 4] = [Family::Image, Family::Text, Family::Table, Family::Test];
+    pub const ALL: [Family; 5] = [Family::Image, Family::Text, Family::Table, Family::Test, Family::Python];
 
     /// The source formats this family's operators fit; `None` when they fit every format.
     pub fn format_fit(self) -> Option<FormatFit> {
@@ -40,7 +42,7 @@ impl Family {
                 formats: &[SourceFormat::Jsonl, SourceFormat::Parquet],
                 needs: "table operators work on rows, which `jsonl` and `parquet` sources provide",
             }),
-            Family::Text | Family::Test => None,
+            Family::Text | Family::Test | Family::Python => None,
         }
     }
 }

@@ -9,6 +9,7 @@
 pub mod family;
 pub mod image;
 pub mod kind;
+pub mod python;
 pub mod table;
 pub mod test;
 pub mod text;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 pub use self::family::{Family, FormatFit};
 pub use self::image::{CenterCrop, Decode, Flip, ImageDType, Layout, Normalize, RandomResizedCrop, Resize};
 pub use self::kind::Kind;
+pub use self::python::PythonMap;
 pub use self::table::{Cast, Select};
 pub use self::test::Sleep;
 pub use self::text::{Tokenize, TruncatePad};
@@ -49,6 +51,8 @@ pub enum OpConfig {
     TableCast(Cast),
     /// `test.sleep`
     TestSleep(Sleep),
+    /// `python.map`
+    PythonMap(PythonMap),
 }
 
 /// What the registry knows of one operator: every fact that validation and the other crates
@@ -66,7 +70,7 @@ pub struct OpInfo {
     pub output: Kind,
     /// Whether the same input always gives the same output (caching is legal only on the
     /// deterministic prefix of a pipeline).
-    pub deterministic: bool,
+    pub deterministic: Determinism,
     parse: fn(serde_json::Value) -> Result<OpConfig, serde_path_to_error::Error<serde_json::Error>>,
 }
 
@@ -89,7 +93,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::EncodedImage,
         output: Kind::Pixels,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::ImageDecode),
     },
     OpInfo {
@@ -98,7 +102,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::Pixels,
         output: Kind::Pixels,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::ImageResize),
     },
     OpInfo {
@@ -107,7 +111,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::Pixels,
         output: Kind::Pixels,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::ImageCenterCrop),
     },
     OpInfo {
@@ -116,7 +120,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::Pixels,
         output: Kind::Pixels,
-        deterministic: false,
+        deterministic: Determinism::Never,
         parse: |v| typed(v).map(OpConfig::ImageRandomResizedCrop),
     },
     OpInfo {
@@ -125,7 +129,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::Pixels,
         output: Kind::Pixels,
-        deterministic: false,
+        deterministic: Determinism::Never,
         parse: |v| typed(v).map(OpConfig::ImageFlip),
     },
     OpInfo {
@@ -134,7 +138,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(IMAGE_FIELD),
         input: Kind::Pixels,
         output: Kind::ImageTensor,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::ImageNormalize),
     },
     OpInfo {
@@ -143,7 +147,7 @@ pub const OPS: &[OpInfo] = &[
         field: Some(TEXT_FIELD),
         input: Kind::Text,
         output: Kind::Tokens,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::TextTokenize),
     },
     OpInfo {
@@ -152,7 +156,7 @@ pub const OPS: &[OpInfo] = &[
         field: None,
         input: Kind::Tokens,
         output: Kind::Tokens,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::TextTruncatePad),
     },
     OpInfo {
@@ -161,7 +165,7 @@ pub const OPS: &[OpInfo] = &[
         field: None,
         input: Kind::Columns,
         output: Kind::Columns,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::TableSelect),
     },
     OpInfo {
@@ -170,7 +174,7 @@ pub const OPS: &[OpInfo] = &[
         field: None,
         input: Kind::Columns,
         output: Kind::Columns,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::TableCast),
     },
     OpInfo {
@@ -179,10 +183,44 @@ pub const OPS: &[OpInfo] = &[
         field: None,
         input: Kind::Any,
         output: Kind::Any,
-        deterministic: true,
+        deterministic: Determinism::Always,
         parse: |v| typed(v).map(OpConfig::TestSleep),
     },
+    OpInfo {
+        name: PythonMap::OP,
+        family: Family::Python,
+        field: None,
+        input: Kind::Any,
+        output: Kind::Any,
+        deterministic: Determinism::Declared,
+        parse: |v| typed(v).map(OpConfig::PythonMap),
+    },
 ];
+
+/// Whether an operator's output depends only on its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Determinism {
+    /// Always: the same input gives the same output.
+    Always,
+    /// Never: the operator draws from the element's random stream.
+    Never,
+    /// As the stage declares in its `deterministic` field (user code), `false` by default.
+    Declared,
+}
+
+impl OpInfo {
+    /// Whether `stage` (a stage of this operator) always gives the same output for the same
+    /// input.
+    pub fn deterministic_for(&self, stage: &StageSpec) -> bool {
+        match self.deterministic {
+            Determinism::Always => true,
+            Determinism::Never => false,
+            Determinism::Declared => {
+                stage.params.get("deterministic") == Some(&serde_json::Value::Bool(true))
+            }
+        }
+    }
+}
 
 /// The registry entry for `op`, if it names a built-in operator.
 pub fn op_info(op: &str) -> Option<&'static OpInfo> {
@@ -232,12 +270,16 @@ impl OpConfig {
             OpConfig::TableSelect(_) => Select::OP,
             OpConfig::TableCast(_) => Cast::OP,
             OpConfig::TestSleep(_) => Sleep::OP,
+            OpConfig::PythonMap(_) => PythonMap::OP,
         }
     }
 
     /// Whether this operator always maps the same input to the same output.
     pub fn deterministic(&self) -> bool {
-        op_info(self.op_name()).is_some_and(|i| i.deterministic)
+        match self {
+            OpConfig::PythonMap(c) => c.deterministic,
+            _ => op_info(self.op_name()).is_some_and(|i| i.deterministic == Determinism::Always),
+        }
     }
 
     /// Range and consistency checks on the typed fields.
@@ -254,6 +296,7 @@ impl OpConfig {
             OpConfig::TableSelect(c) => c.check(path, problems),
             OpConfig::TableCast(c) => c.check(path, problems),
             OpConfig::TestSleep(c) => c.check(path, problems),
+            OpConfig::PythonMap(c) => c.check(path, problems),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! so a damaged record is an error, never a panic or a wrong element.
 
 use crate::element::{Element, Value};
-use crate::tensor::{DType, Tensor, TensorData};
+use crate::tensor::{DType, Tensor};
 use bytes::Bytes;
 
 /// A record that does not decode.
@@ -157,42 +157,27 @@ impl<'a> Reader<'a> {
                 .map_err(|_| RecordError("an extent does not fit in memory".into()))?;
             shape.push(d);
         }
-        // Extents whose product overflows are refused here: `Tensor::new` multiplies them.
-        shape
-            .iter()
-            .try_fold(1usize, |n, d| n.checked_mul(*d))
-            .ok_or_else(|| RecordError("the tensor's extents overflow".into()))?;
         let len = usize::try_from(self.u64("tensor length")?)
             .map_err(|_| RecordError("a tensor does not fit in memory".into()))?;
         let raw = self.take(len, "tensor data")?;
-        let data = match dtype {
-            0 => TensorData::U8(raw.to_vec()),
-            1 => TensorData::I32(cast(raw)?),
-            2 => TensorData::I64(cast(raw)?),
-            3 => TensorData::F32(cast(raw)?),
-            4 => TensorData::F64(cast(raw)?),
+        let dtype = match dtype {
+            0 => DType::Uint8,
+            1 => DType::Int32,
+            2 => DType::Int64,
+            3 => DType::Float32,
+            4 => DType::Float64,
             d => return Err(RecordError(format!("unknown dtype code {d}"))),
         };
-        Tensor::new(shape, data).ok_or_else(|| RecordError("tensor data does not match its shape".into()))
+        // Extents whose product overflows are refused too.
+        Tensor::from_le_bytes(dtype, shape, raw)
+            .ok_or_else(|| RecordError("tensor data does not match its shape and type".into()))
     }
-}
-
-fn cast<T: bytemuck::Pod>(raw: &[u8]) -> Result<Vec<T>, RecordError> {
-    let size = std::mem::size_of::<T>();
-    if !raw.len().is_multiple_of(size) {
-        return Err(RecordError(format!(
-            "tensor data of {} bytes is not whole {size}-byte values",
-            raw.len()
-        )));
-    }
-    let mut out: Vec<T> = vec![T::zeroed(); raw.len() / size];
-    bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(raw);
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tensor::TensorData;
 
     fn sample() -> Element {
         let mut e = Element::new("images/n01/0001.jpg");

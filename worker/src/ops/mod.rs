@@ -2,6 +2,7 @@
 //! live in `granary_crds::ops`; [`build`] maps each config to its implementation.
 
 pub mod image;
+pub mod python;
 pub mod table;
 pub mod test;
 pub mod text;
@@ -37,6 +38,8 @@ pub struct BuildContext {
     pub base_dir: PathBuf,
     /// Reads a whole file given as a path (relative to `base_dir`) or an object-store URL.
     pub read: Box<ReadFn>,
+    /// The runners of the pipeline's Python stages, when it has any.
+    pub python: Option<std::sync::Arc<python::PythonStages>>,
 }
 
 /// One stage's implementation: applied to every element, possibly in parallel.
@@ -60,5 +63,11 @@ pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>,
         OpConfig::TableSelect(c) => Box::new(table::select::SelectOp::new(c)),
         OpConfig::TableCast(c) => Box::new(table::cast::CastOp::new(c)),
         OpConfig::TestSleep(c) => Box::new(test::sleep::SleepOp::new(c)),
+        OpConfig::PythonMap(c) => Box::new(
+            ctx.python
+                .as_ref()
+                .and_then(|p| p.op(c))
+                .ok_or_else(|| BuildError("no Python runners were started for this stage".into()))?,
+        ),
     })
 }

@@ -471,7 +471,7 @@ impl Agent {
             counters: Arc::clone(&self.counters),
             events: self.events.clone(),
         };
-        let producer = Arc::new(Producer::open(&info, self.config.engine, sinks).await?);
+        let producer = Arc::new(Producer::open(&info, self.config.engine.clone(), sinks).await?);
         tracing::info!(
             pipeline = %info.name,
             generation = info.generation,

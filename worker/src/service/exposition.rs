@@ -32,7 +32,7 @@ pub struct Totals {
     pub cache_fallbacks: u64,
     /// Elements computed after a failed cache read.
     pub cache_recomputed: u64,
-    /// CPU seconds the process used.
+    /// CPU seconds the process and its Python stage runners used.
     pub cpu_seconds: f64,
     /// Per stage, compute time and elements.
     pub stages: Vec<StageTotal>,
@@ -117,7 +117,10 @@ impl Exposition {
         )?;
         registry.register(Box::new(stage_seconds.clone()))?;
         let cpu = CounterVec::new(
-            Opts::new("granary_worker_cpu_seconds_total", "CPU seconds (user and system) the worker used."),
+            Opts::new(
+                "granary_worker_cpu_seconds_total",
+                "CPU seconds (user and system) the worker and its Python stage runners used.",
+            ),
             &LABELS,
         )?;
         registry.register(Box::new(cpu.clone()))?;

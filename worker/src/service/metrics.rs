@@ -185,8 +185,13 @@ fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// CPU time (user and system) this process used so far.
+/// CPU time (user and system) this process and its Python stage runners used so far.
 fn cpu_time() -> Option<Duration> {
+    Some(own_cpu_time()? + crate::ops::python::cpu::runners_cpu_time())
+}
+
+/// CPU time (user and system) this process used so far.
+fn own_cpu_time() -> Option<Duration> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to one.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };

@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// Memory budget for data in flight.
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
+    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
+    /// `python3` on PATH). It needs NumPy.
+    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
     /// Measure the fast path only, without the baseline and decode-only runs.
     #[arg(long)]
     pub fast_only: bool,
@@ -116,9 +120,9 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.batches == 0 {
         return Err(crate::exit::InvalidInput("--batches must be at least 1".to_string()).into());
     }
-    let options = engine_options(args.threads, &args.prefetch_bytes)?;
+    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
 
-    let fast_engine = Engine::open(&manifest, options)?;
+    let fast_engine = Engine::open(&manifest, options.clone())?;
     let fused = fast_engine.stages().iter().any(|(path, _)| path.contains(".."));
     let batch_size = fast_engine.spec().batch.size as usize;
     if !args.json {
@@ -142,10 +146,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let mut baseline = None;
     let mut limit = None;
     if fused && !args.fast_only && served.is_none() {
-        let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options })?;
+        let engine =
+            Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options.clone() })?;
         baseline = Some(measure(&engine, args).context("baseline")?);
         drop(engine);
-        let engine = Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options })?;
+        let engine =
+            Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options.clone() })?;
         limit = Some(measure(&engine, args).context("decode-only")?);
     }
     let headline = served.map_or(fast, |s| s.measurement);

@@ -125,6 +125,7 @@ mod tests {
             read: Box::new(move |p| {
                 std::fs::read(base2.join(p)).map_err(|e| BuildError(format!("{p}: {e}")))
             }),
+            python: None,
         }
     }
 

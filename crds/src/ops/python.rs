@@ -1,0 +1,120 @@
+//! User code: stages that call a Python function the user wrote.
+
+use crate::Problem;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `python.map`: calls a Python function on every element (or on groups of elements) and keeps
+/// what it returns.
+///
+/// The function is `fn(element, **args)` where `element` is a dict of field name → value:
+/// NumPy arrays for tensors (a decoded image is height × width × 3 `uint8`), `str` for text,
+/// `bytes` for bytes, NumPy scalars for scalars. It returns a dict, the element's new fields:
+/// it may add, replace or drop fields. A function that takes a parameter `rng` gets a
+/// `numpy.random.Generator` seeded from (seed, epoch, split, element), so a recomputed split gives
+/// the same output; one that takes `key` gets the element's key.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PythonMap {
+    /// The function, as `package.module:name`, importable in the workers' Python environment.
+    /// The manifest's folder is importable, so `augment:jitter` finds `augment.py` beside it.
+    pub function: String,
+    /// `false` (default) passes one element at a time; `true` passes up to `spec.batch.size`
+    /// elements at once, each field stacked along a new leading axis (lists for text and bytes),
+    /// and expects the same back.
+    #[serde(default)]
+    pub batched: bool,
+    /// Keyword arguments for the function, as JSON values.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schemars(with = "std::collections::BTreeMap<String, serde_json::Value>")]
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// `true` declares that the output depends only on the input (no `rng`, no clock, no state),
+    /// which lets the cache hold this stage's output. Default `false`. A batched function must
+    /// also compute each element's output from that element alone.
+    #[serde(default)]
+    pub deterministic: bool,
+}
+
+/// Parameters Granary passes itself, which `args` may not name.
+pub const RESERVED_ARGS: [&str; 2] = ["rng", "key"];
+
+impl PythonMap {
+    /// The `op` name: `python.map`.
+    pub const OP: &str = "python.map";
+
+    /// The module and the attribute of `function`, when it has the `module:name` form.
+    pub fn target(&self) -> Option<(&str, &str)> {
+        let (module, name) = self.function.split_once(':')?;
+        let dotted = |s: &str| !s.is_empty() && s.split('.').all(is_identifier);
+        (dotted(module) && dotted(name)).then_some((module, name))
+    }
+
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        if self.target().is_none() {
+            problems.push(Problem::new(
+                format!("{path}.function"),
+                format!(
+                    "is `{}`; write `package.module:function`, e.g. `augment:jitter` for the function \
+                     `jitter` in `augment.py` beside the manifest",
+                    self.function
+                ),
+            ));
+        }
+        for name in self.args.keys() {
+            if RESERVED_ARGS.contains(&name.as_str()) {
+                problems.push(Problem::new(
+                    format!("{path}.args.{name}"),
+                    format!("`{name}` is passed by Granary itself; rename this argument"),
+                ));
+            } else if !is_identifier(name) {
+                problems.push(Problem::new(
+                    format!("{path}.args.{name}"),
+                    "is not a Python identifier, so it cannot be a keyword argument; rename it",
+                ));
+            }
+        }
+    }
+}
+
+/// Whether `s` is a Python identifier (ASCII letters, digits and `_`, not starting with a digit;
+/// non-ASCII letters are accepted as Python does).
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(function: &str) -> PythonMap {
+        PythonMap {
+            function: function.into(),
+            batched: false,
+            args: Default::default(),
+            deterministic: false,
+        }
+    }
+
+    #[test]
+    fn targets_need_a_module_and_a_name() {
+        assert_eq!(map("pkg.mod:fn").target(), Some(("pkg.mod", "fn")));
+        assert_eq!(map("augment:Jitter.apply").target(), Some(("augment", "Jitter.apply")));
+        for bad in ["augment", "augment:", ":fn", "a-b:fn", "a..b:fn", "1a:fn", "a:b:c"] {
+            assert_eq!(map(bad).target(), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn reserved_and_malformed_args_are_named() {
+        let mut m = map("a:b");
+        m.args.insert("rng".into(), 1.into());
+        m.args.insert("bad name".into(), 1.into());
+        m.args.insert("strength".into(), 0.5.into());
+        let mut problems = Vec::new();
+        m.check("spec.stages[1]", &mut problems);
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["spec.stages[1].args.bad name", "spec.stages[1].args.rng"]);
+    }
+}

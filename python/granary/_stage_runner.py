@@ -1,0 +1,375 @@
+"""Granary's Python stage runner: the interpreter side of `python.map`.
+
+A Granary worker starts one of these per core and talks to it over a Unix socket (fd 3); element
+data crosses through a shared-memory file both map (fd 4). It needs only the standard library and
+NumPy: the worker ships this file itself, so the protocol always matches the worker that runs it.
+
+Frames are a little-endian u32 length and a body. The worker first sends the setup (JSON: the
+stages' functions and arguments, the folders to import from); the runner imports every function
+once and answers with what it found (JSON). Then each call frame names a stage and the fields of
+one element (or a group of elements), which lie in the shared memory; the runner calls the
+function and writes what it returned after the inputs, or answers with the error and its
+traceback. Input arrays are views of the shared memory, valid until the function returns.
+"""
+
+import hashlib
+import inspect
+import json
+import mmap
+import os
+import socket
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+# Field kinds on the wire.
+BYTES, TEXT, TENSOR, SAME = 0, 1, 2, 3
+DTYPES = [np.dtype("uint8"), np.dtype("int32"), np.dtype("int64"), np.dtype("float32"), np.dtype("float64")]
+DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
+# NumPy types that widen losslessly into one Granary carries.
+WIDEN = {
+    np.dtype("bool"): np.dtype("uint8"),
+    np.dtype("int8"): np.dtype("int32"),
+    np.dtype("int16"): np.dtype("int32"),
+    np.dtype("uint16"): np.dtype("int32"),
+    np.dtype("uint32"): np.dtype("int64"),
+    np.dtype("float16"): np.dtype("float32"),
+}
+ALIGN = 64
+CALL = struct.Struct("<BHBQQQI")
+FIELD = struct.Struct("<BBB")
+U16 = struct.Struct("<H")
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+
+
+class ReturnError(Exception):
+    """The function returned something Granary cannot carry."""
+
+
+class SetupError(Exception):
+    """A function that cannot be found or called as the stage says, in words."""
+
+
+class Connection:
+    def __init__(self, fd):
+        self.sock = socket.socket(fileno=fd)
+        self.head = bytearray(4)
+
+    def recv(self):
+        self._fill(memoryview(self.head))
+        (n,) = U32.unpack(self.head)
+        body = bytearray(n)
+        self._fill(memoryview(body))
+        return body
+
+    def _fill(self, view):
+        while len(view):
+            got = self.sock.recv_into(view)
+            if got == 0:
+                raise EOFError
+            view = view[got:]
+
+    def send(self, body):
+        self.sock.sendall(U32.pack(len(body)) + body)
+
+
+class Shared:
+    """The shared memory, remapped when either side grows it."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.size = 0
+        self.map_to(os.fstat(fd).st_size)
+
+    def map_to(self, size):
+        if size == self.size:
+            return
+        # Arrays the user kept may still point into the old mapping: it is dropped, not closed.
+        self.mm = mmap.mmap(self.fd, size) if size else None
+        self.size = size
+        self.bytes = np.frombuffer(self.mm, np.uint8) if size else np.zeros(0, np.uint8)
+        self.base = self.bytes.__array_interface__["data"][0] if size else 0
+
+    def ensure(self, end):
+        if end > self.size:
+            size = max(end, self.size * 2, 1 << 20)
+            size = (size + (1 << 20) - 1) & ~((1 << 20) - 1)
+            os.ftruncate(self.fd, size)
+            self.map_to(size)
+
+    def offset_of(self, array):
+        """The offset of a C-contiguous array that lies in the shared memory, else None."""
+        if not array.flags.c_contiguous or self.size == 0:
+            return None
+        addr = array.__array_interface__["data"][0]
+        if self.base <= addr and addr + array.nbytes <= self.base + self.size:
+            return addr - self.base
+        return None
+
+
+class Stage:
+    def __init__(self, spec):
+        self.function = spec["function"]
+        self.batched = bool(spec.get("batched"))
+        self.args = spec.get("args") or {}
+        module_name, _, attr = self.function.partition(":")
+        try:
+            module = __import__(module_name, fromlist=["_"])
+        except ModuleNotFoundError as e:
+            if e.name is None or not module_name.startswith(e.name):
+                raise  # the module itself imports something missing: show where
+            raise SetupError(
+                f"cannot import `{module_name}`: no module named `{e.name}` on the Python path "
+                f"({sys.executable}; path {os.pathsep.join(sys.path[:4])}…)"
+            ) from None
+        target = module
+        for part in attr.split("."):
+            if not hasattr(target, part):
+                raise SetupError(f"`{module_name}` ({getattr(module, '__file__', '?')}) has no `{attr}`")
+            target = getattr(target, part)
+        if not callable(target):
+            raise SetupError(f"`{self.function}` is a {type(target).__name__}, not a function")
+        self.fn = target
+        self.file = getattr(module, "__file__", None) or ""
+        self.sha256 = ""
+        if self.file and os.path.isfile(self.file):
+            with open(self.file, "rb") as f:
+                self.sha256 = hashlib.sha256(f.read()).hexdigest()
+        self.takes_rng = self.takes_key = False
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            params = None
+        if params is not None:
+            self.takes_rng = "rng" in params
+            self.takes_key = ("keys" if self.batched else "key") in params
+            extra = {}
+            if self.takes_rng:
+                extra["rng"] = None
+            if self.takes_key:
+                extra["keys" if self.batched else "key"] = None
+            try:
+                inspect.signature(target).bind(None, **self.args, **extra)
+            except TypeError as e:
+                shown = ", ".join(["element"] + [f"{k}=…" for k in list(self.args) + list(extra)])
+                raise SetupError(f"`{self.function}` cannot be called as {attr}({shown}): {e}") from None
+
+    def describe(self):
+        return {"file": self.file, "sha256": self.sha256, "rng": self.takes_rng, "key": self.takes_key}
+
+
+def read_fields(body, at, count, shared, n):
+    """Decodes `count` fields of a call, as Python values over the shared memory."""
+    fields = {}
+    for _ in range(count):
+        (name_len,) = U16.unpack_from(body, at)
+        at += 2
+        name = body[at : at + name_len].decode()
+        at += name_len
+        kind, dtype, ndim = FIELD.unpack_from(body, at)
+        at += 3
+        shape = struct.unpack_from(f"<{ndim}Q", body, at)
+        at += 8 * ndim
+        offset, nbytes = struct.unpack_from("<QQ", body, at)
+        at += 16
+        if kind == TENSOR:
+            dt = DTYPES[dtype]
+            count_items = nbytes // dt.itemsize
+            array = np.frombuffer(shared.mm, dt, count_items, offset).reshape(shape)
+            fields[name] = array[()] if ndim == 0 else array
+            continue
+        raw = shared.bytes[offset : offset + nbytes]
+        if n is None:
+            value = raw.tobytes()
+            fields[name] = value.decode() if kind == TEXT else value
+            continue
+        lengths = struct.unpack_from(f"<{n}Q", body, at)
+        at += 8 * n
+        items, start = [], 0
+        for length in lengths:
+            value = raw[start : start + length].tobytes()
+            items.append(value.decode() if kind == TEXT else value)
+            start += length
+        fields[name] = items
+    return fields, at
+
+
+def as_array(name, value):
+    array = np.asarray(value)
+    if array.dtype in WIDEN:
+        array = array.astype(WIDEN[array.dtype])
+    if array.dtype not in DTYPE_CODE:
+        kinds = ", ".join(str(d) for d in DTYPES)
+        raise ReturnError(f"field `{name}` is a {array.dtype} array; return one of {kinds}")
+    return array
+
+
+def encode_field(out, name, kind, dtype, shape, offset, nbytes):
+    encoded = name.encode()
+    out += U16.pack(len(encoded)) + encoded
+    out += FIELD.pack(kind, dtype, len(shape))
+    out += struct.pack(f"<{len(shape)}Q", *shape)
+    out += struct.pack("<QQ", offset, nbytes)
+
+
+def write_result(result, inputs, shared, out_offset, n):
+    """Encodes the returned dict; arrays not already in the shared memory are copied after the
+    inputs (growing it when needed)."""
+    if not isinstance(result, dict):
+        raise ReturnError(f"returned {type(result).__name__}; return a dict of field name → value")
+    plan = []  # (name, kind, payload, lengths)
+    for name, value in result.items():
+        if not isinstance(name, str) or not name:
+            raise ReturnError(f"returned a field named {name!r}; field names are non-empty strings")
+        if n is not None:
+            if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+                plan.append((name, TEXT, [v.encode() for v in value]))
+                continue
+            if isinstance(value, (list, tuple)) and value and all(isinstance(v, (bytes, bytearray)) for v in value):
+                plan.append((name, BYTES, [bytes(v) for v in value]))
+                continue
+            array = as_array(name, value)
+            if array.ndim == 0 or array.shape[0] != n:
+                raise ReturnError(f"field `{name}` has shape {array.shape}; a batched function returns {n} rows")
+            plan.append((name, TENSOR, array))
+            continue
+        same = inputs.get(name, None)
+        if isinstance(value, (str, bytes)) and same is value:
+            plan.append((name, SAME, None))
+        elif isinstance(value, str):
+            plan.append((name, TEXT, value.encode()))
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            plan.append((name, BYTES, bytes(value)))
+        else:
+            plan.append((name, TENSOR, as_array(name, value)))
+    # Room for what must be copied.
+    cursor = out_offset
+    placed = []
+    for name, kind, payload in plan:
+        if kind == TENSOR:
+            at = shared.offset_of(payload)
+            if at is not None and at + payload.nbytes <= out_offset:
+                placed.append((name, kind, payload, at))
+                continue
+            size = payload.nbytes
+        elif kind == SAME:
+            placed.append((name, kind, payload, 0))
+            continue
+        elif isinstance(payload, list):
+            size = sum(len(p) for p in payload)
+        else:
+            size = len(payload)
+        placed.append((name, kind, payload, cursor))
+        cursor = (cursor + size + ALIGN - 1) // ALIGN * ALIGN
+    shared.ensure(cursor)
+    out = bytearray(b"\x00")
+    out += U64.pack(shared.size)
+    out += U16.pack(len(placed))
+    for name, kind, payload, at in placed:
+        if kind == SAME:
+            encode_field(out, name, SAME, 0, (), 0, 0)
+        elif kind == TENSOR:
+            if at >= out_offset:
+                dst = np.frombuffer(shared.mm, payload.dtype, payload.size, at).reshape(payload.shape)
+                np.copyto(dst, payload)
+            encode_field(out, name, TENSOR, DTYPE_CODE[payload.dtype], payload.shape, at, payload.nbytes)
+        elif isinstance(payload, list):
+            joined = b"".join(payload)
+            shared.mm[at : at + len(joined)] = joined
+            encode_field(out, name, kind, 0, (), at, len(joined))
+            out += struct.pack(f"<{len(payload)}Q", *(len(p) for p in payload))
+        else:
+            shared.mm[at : at + len(payload)] = payload
+            encode_field(out, name, kind, 0, (), at, len(payload))
+    return out
+
+
+def error_frame(message, raised=True):
+    """An error reply: status 1 for an exception (with its traceback), 2 for a bad return."""
+    encoded = message.encode("utf-8", "replace")
+    return (b"\x01" if raised else b"\x02") + U32.pack(len(encoded)) + encoded
+
+
+def user_traceback(e):
+    """The exception with its traceback, without this runner's own frame."""
+    tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(e), e, tb)).rstrip()
+
+
+def call(stage, body, shared):
+    op, _, flags, seed, size, out_offset, n = CALL.unpack_from(body, 0)
+    shared.map_to(size)
+    at = CALL.size
+    keys = []
+    for _ in range(n):
+        (length,) = U32.unpack_from(body, at)
+        at += 4
+        keys.append(body[at : at + length].decode())
+        at += length
+    (count,) = U16.unpack_from(body, at)
+    at += 2
+    group = n if stage.batched else None
+    fields, at = read_fields(body, at, count, shared, group)
+    extra = {}
+    if stage.takes_rng:
+        extra["rng"] = np.random.Generator(np.random.PCG64(seed))
+    if stage.takes_key:
+        if stage.batched:
+            extra["keys"] = keys
+        else:
+            extra["key"] = keys[0]
+    try:
+        result = stage.fn(fields, **stage.args, **extra)
+    except Exception as e:  # the user's code: report it, keep serving
+        return error_frame(user_traceback(e))
+    try:
+        return write_result(result, fields, shared, out_offset, group)
+    except ReturnError as e:
+        return error_frame(f"`{stage.function}` {e}", raised=False)
+
+
+def main():
+    conn = Connection(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    shared = Shared(int(sys.argv[2]) if len(sys.argv) > 2 else 4)
+    setup = json.loads(conn.recv())
+    for path in reversed(setup.get("paths", [])):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    stages = []
+    for i, spec in enumerate(setup["stages"]):
+        try:
+            stages.append(Stage(spec))
+        except SetupError as e:
+            conn.send(json.dumps({"ok": False, "stage": i, "error": str(e)}).encode())
+            return
+        except BaseException as e:  # an import runs arbitrary code; say what it did
+            detail = "importing it raised:\n" + user_traceback(e)
+            conn.send(json.dumps({"ok": False, "stage": i, "error": detail}).encode())
+            return
+    conn.send(
+        json.dumps(
+            {
+                "ok": True,
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "numpy": np.__version__,
+                "stages": [s.describe() for s in stages],
+            }
+        ).encode()
+    )
+    if setup.get("check"):
+        return
+    while True:
+        try:
+            body = conn.recv()
+        except EOFError:
+            return
+        (stage,) = U16.unpack_from(body, 1)
+        conn.send(call(stages[stage], body, shared))
+
+
+if __name__ == "__main__":
+    main()

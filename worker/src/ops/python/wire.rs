@@ -1,0 +1,361 @@
+//! The binary encoding of calls to a Python runner and of its replies (little-endian; the
+//! runner's side is `python/granary/_stage_runner.py`). Field data lies in the shared memory;
+//! frames carry only names, kinds, shapes and offsets.
+
+use crate::element::{Element, Value};
+use crate::ops::OpError;
+use crate::tensor::{DType, Tensor};
+use bytes::Bytes;
+
+const BYTES: u8 = 0;
+const TEXT: u8 = 1;
+const TENSOR: u8 = 2;
+/// In a reply: the input field of that name, unchanged (the function returned the same object).
+const SAME: u8 = 3;
+/// Where each value starts in the shared memory.
+const ALIGN: usize = 64;
+
+const DTYPES: [DType; 5] = [DType::Uint8, DType::Int32, DType::Int64, DType::Float32, DType::Float64];
+
+fn dtype_code(d: DType) -> u8 {
+    DTYPES.iter().position(|x| *x == d).map_or(0, |i| i as u8)
+}
+
+/// What a call needs besides its elements.
+pub struct CallHeader {
+    /// Index of the stage among the pipeline's Python stages.
+    pub stage: u16,
+    /// The seed of the function's `rng`, when it takes one.
+    pub rng: Option<u64>,
+}
+
+/// One value to copy into the shared memory, with its field descriptor.
+struct Input<'a> {
+    name: &'a str,
+    kind: u8,
+    dtype: u8,
+    shape: Vec<u64>,
+    parts: Vec<&'a [u8]>,
+}
+
+impl Input<'_> {
+    fn nbytes(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+}
+
+fn input_of<'a>(name: &'a str, value: &'a Value) -> Input<'a> {
+    match value {
+        Value::Bytes(b) => Input { name, kind: BYTES, dtype: 0, shape: Vec::new(), parts: vec![b] },
+        Value::Text(s) => Input { name, kind: TEXT, dtype: 0, shape: Vec::new(), parts: vec![s.as_bytes()] },
+        Value::Tensor(t) => Input {
+            name,
+            kind: TENSOR,
+            dtype: dtype_code(t.dtype()),
+            shape: t.shape.iter().map(|&d| d as u64).collect(),
+            parts: vec![t.as_le_bytes()],
+        },
+    }
+}
+
+/// Stacks the same field of every element of a group: tensors along a new leading axis (they
+/// must agree in type and shape), text and bytes as lists.
+fn stacked<'a>(name: &'a str, elements: &'a [Element]) -> Result<Input<'a>, OpError> {
+    let first = elements.first().and_then(|e| e.get(name));
+    let Some(first) = first else { return Err(OpError::new(format!("no field `{name}`"))) };
+    let mut parts = Vec::with_capacity(elements.len());
+    for e in elements {
+        let Some(v) = e.get(name) else {
+            return Err(OpError::new(format!(
+                "a batched function needs the same fields in every element, but `{}` has no field `{name}`",
+                e.key
+            )));
+        };
+        match (first, v) {
+            (Value::Bytes(_), Value::Bytes(b)) => parts.push(&b[..]),
+            (Value::Text(_), Value::Text(s)) => parts.push(s.as_bytes()),
+            (Value::Tensor(a), Value::Tensor(b)) if a.dtype() == b.dtype() && a.shape == b.shape => {
+                parts.push(b.as_le_bytes())
+            }
+            (Value::Tensor(a), Value::Tensor(b)) => {
+                return Err(OpError::new(format!(
+                    "a batched function stacks field `{name}`, but it is {} {:?} in `{}` and {} {:?} in `{}`; \
+                     make the shapes equal first (e.g. crop or resize) or use `batched: false`",
+                    a.dtype().name(),
+                    a.shape,
+                    elements[0].key,
+                    b.dtype().name(),
+                    b.shape,
+                    e.key
+                )));
+            }
+            (a, b) => {
+                return Err(OpError::new(format!(
+                    "field `{name}` is {} in `{}` but {} in `{}`",
+                    a.kind(),
+                    elements[0].key,
+                    b.kind(),
+                    e.key
+                )));
+            }
+        }
+    }
+    Ok(match first {
+        Value::Bytes(_) => Input { name, kind: BYTES, dtype: 0, shape: Vec::new(), parts },
+        Value::Text(_) => Input { name, kind: TEXT, dtype: 0, shape: Vec::new(), parts },
+        Value::Tensor(t) => Input {
+            name,
+            kind: TENSOR,
+            dtype: dtype_code(t.dtype()),
+            shape: std::iter::once(elements.len() as u64).chain(t.shape.iter().map(|&d| d as u64)).collect(),
+            parts,
+        },
+    })
+}
+
+/// Writes a call: the elements' field data into `shm` (grown as needed by `reserve`) and the
+/// frame body into `frame`. `batched` stacks the group's fields; otherwise `elements` holds one.
+pub fn encode_call(
+    header: &CallHeader,
+    elements: &[Element],
+    batched: bool,
+    frame: &mut Vec<u8>,
+    shm: &mut super::shm::Shared,
+) -> Result<(), OpError> {
+    let inputs: Vec<Input> = match (batched, elements) {
+        (false, [element]) => element.fields.iter().map(|(n, v)| input_of(n, v)).collect(),
+        (false, _) => return Err(OpError::new("an element-wise call takes one element")),
+        (true, _) => {
+            let names =
+                elements.first().map(|e| e.fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
+            names.unwrap_or_default().into_iter().map(|n| stacked(n, elements)).collect::<Result<_, _>>()?
+        }
+    };
+    let mut offsets = Vec::with_capacity(inputs.len());
+    let mut end = 0usize;
+    for input in &inputs {
+        offsets.push(end);
+        end = (end + input.nbytes()).next_multiple_of(ALIGN);
+    }
+    // Room for the inputs and, in the common case, for outputs as large as them.
+    shm.reserve(end * 2 + ALIGN).map_err(|e| OpError::new(format!("cannot grow the shared memory: {e}")))?;
+    let memory = shm.bytes_mut();
+    for (input, &at) in inputs.iter().zip(&offsets) {
+        let mut cursor = at;
+        for part in &input.parts {
+            memory[cursor..cursor + part.len()].copy_from_slice(part);
+            cursor += part.len();
+        }
+    }
+    frame.clear();
+    frame.push(1);
+    frame.extend_from_slice(&header.stage.to_le_bytes());
+    frame.push(u8::from(header.rng.is_some()));
+    frame.extend_from_slice(&header.rng.unwrap_or(0).to_le_bytes());
+    frame.extend_from_slice(&(shm.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&(end as u64).to_le_bytes());
+    frame.extend_from_slice(&(elements.len() as u32).to_le_bytes());
+    for e in elements {
+        frame.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
+        frame.extend_from_slice(e.key.as_bytes());
+    }
+    frame.extend_from_slice(&(inputs.len() as u16).to_le_bytes());
+    for (input, &at) in inputs.iter().zip(&offsets) {
+        frame.extend_from_slice(&(input.name.len() as u16).to_le_bytes());
+        frame.extend_from_slice(input.name.as_bytes());
+        frame.extend_from_slice(&[input.kind, input.dtype, input.shape.len() as u8]);
+        for d in &input.shape {
+            frame.extend_from_slice(&d.to_le_bytes());
+        }
+        frame.extend_from_slice(&(at as u64).to_le_bytes());
+        frame.extend_from_slice(&(input.nbytes() as u64).to_le_bytes());
+        if batched && input.kind != TENSOR {
+            for part in &input.parts {
+                frame.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a runner answered.
+pub enum Reply<'a> {
+    /// The function returned; its fields follow in the body, at `fields`.
+    Ok {
+        /// The shared memory's size now (the runner grows it when its outputs need room).
+        shm_size: usize,
+        /// The rest of the body: the field descriptors.
+        fields: Reader<'a>,
+    },
+    /// The function raised: the exception with its Python traceback.
+    Raised(String),
+    /// The function returned something Granary cannot carry: what and how to fix it.
+    BadReturn(String),
+}
+
+/// Reads little-endian values from a frame body, failing on a short one.
+pub struct Reader<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `body`.
+    pub fn new(body: &'a [u8]) -> Reader<'a> {
+        Reader { body, at: 0 }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], OpError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.body.len());
+        let Some(end) = end else { return Err(OpError::new("the Python runner sent a truncated reply")) };
+        let s = &self.body[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, OpError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, OpError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, OpError> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+
+    fn u64(&mut self) -> Result<u64, OpError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn usize(&mut self) -> Result<usize, OpError> {
+        usize::try_from(self.u64()?).map_err(|_| OpError::new("the Python runner sent a size too large"))
+    }
+}
+
+/// Parses the start of a reply.
+pub fn decode_reply(body: &[u8]) -> Result<Reply<'_>, OpError> {
+    let mut r = Reader::new(body);
+    match r.u8()? {
+        0 => {
+            let shm_size = r.usize()?;
+            Ok(Reply::Ok { shm_size, fields: r })
+        }
+        status @ (1 | 2) => {
+            let n = r.u32()? as usize;
+            let message = String::from_utf8_lossy(r.take(n)?).into_owned();
+            Ok(if status == 1 { Reply::Raised(message) } else { Reply::BadReturn(message) })
+        }
+        other => Err(OpError::new(format!("the Python runner sent an unknown reply ({other})"))),
+    }
+}
+
+/// The fields of a reply as new values: element-wise, one element's fields (`inputs` supplies
+/// the fields returned unchanged); batched, each of the `n` elements' fields.
+pub fn decode_fields(
+    fields: &mut Reader<'_>,
+    memory: &[u8],
+    batched: Option<usize>,
+    inputs: &mut Vec<(String, Value)>,
+) -> Result<Vec<Vec<(String, Value)>>, OpError> {
+    let rows = batched.unwrap_or(1);
+    let mut out: Vec<Vec<(String, Value)>> = (0..rows).map(|_| Vec::new()).collect();
+    let count = fields.u16()?;
+    for _ in 0..count {
+        let len = fields.u16()? as usize;
+        let name = std::str::from_utf8(fields.take(len)?)
+            .map_err(|_| OpError::new("the Python runner sent a field name that is not UTF-8"))?
+            .to_string();
+        let kind = fields.u8()?;
+        let dtype = fields.u8()?;
+        let ndim = fields.u8()? as usize;
+        let mut shape = Vec::with_capacity(ndim);
+        for _ in 0..ndim {
+            shape.push(fields.usize()?);
+        }
+        let offset = fields.usize()?;
+        let nbytes = fields.usize()?;
+        let data = offset
+            .checked_add(nbytes)
+            .and_then(|end| memory.get(offset..end))
+            .ok_or_else(|| OpError::new(format!("field `{name}` lies outside the shared memory")))?;
+        match kind {
+            SAME => {
+                let i = inputs.iter().position(|(n, _)| *n == name);
+                let value = i.map(|i| inputs.swap_remove(i).1).ok_or_else(|| {
+                    OpError::new(format!("the Python runner kept field `{name}`, which the element lacks"))
+                })?;
+                out[0].push((name, value));
+            }
+            TENSOR => {
+                let d =
+                    *DTYPES.get(dtype as usize).ok_or_else(|| OpError::new("unknown dtype in a reply"))?;
+                match batched {
+                    None => {
+                        let t = tensor(&name, d, shape, data)?;
+                        out[0].push((name, Value::Tensor(t)));
+                    }
+                    Some(n) => {
+                        if shape.first() != Some(&n) {
+                            return Err(OpError::new(format!(
+                                "field `{name}` has shape {shape:?}; a batched function returns {n} rows"
+                            )));
+                        }
+                        let row_shape = shape[1..].to_vec();
+                        let row = nbytes / n.max(1);
+                        if row * n != nbytes {
+                            return Err(OpError::new(format!(
+                                "field `{name}`: {nbytes} bytes for shape {shape:?}"
+                            )));
+                        }
+                        for (i, slot) in out.iter_mut().enumerate() {
+                            let t = tensor(&name, d, row_shape.clone(), &data[i * row..(i + 1) * row])?;
+                            slot.push((name.clone(), Value::Tensor(t)));
+                        }
+                    }
+                }
+            }
+            BYTES | TEXT => {
+                let mut lengths = Vec::with_capacity(rows);
+                match batched {
+                    None => lengths.push(nbytes),
+                    Some(n) => {
+                        for _ in 0..n {
+                            lengths.push(fields.usize()?);
+                        }
+                    }
+                }
+                let mut start = 0usize;
+                for (slot, len) in out.iter_mut().zip(lengths) {
+                    let piece = start
+                        .checked_add(len)
+                        .and_then(|end| data.get(start..end))
+                        .ok_or_else(|| OpError::new(format!("field `{name}`: lengths exceed its bytes")))?;
+                    start += len;
+                    let value = if kind == TEXT {
+                        let s = std::str::from_utf8(piece)
+                            .map_err(|_| OpError::new(format!("field `{name}` is not UTF-8")))?;
+                        Value::Text(s.to_string())
+                    } else {
+                        Value::Bytes(Bytes::copy_from_slice(piece))
+                    };
+                    slot.push((name.clone(), value));
+                }
+            }
+            other => return Err(OpError::new(format!("unknown field kind {other} in a reply"))),
+        }
+    }
+    Ok(out)
+}
+
+fn tensor(name: &str, dtype: DType, shape: Vec<usize>, data: &[u8]) -> Result<Tensor, OpError> {
+    let bytes = data.len();
+    Tensor::from_le_bytes(dtype, shape, data)
+        .ok_or_else(|| OpError::new(format!("field `{name}`: {bytes} bytes do not fill its shape")))
+}

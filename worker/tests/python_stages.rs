@@ -1,0 +1,181 @@
+//! `python.map` stages: identity is byte-identical to the pipeline without it (element-wise and
+//! batched), random functions are reproducible across runs and thread counts, fields come back
+//! added, replaced and dropped, and failures name the stage, the element and the traceback.
+//!
+//! They need a Python with NumPy: `GRANARY_PYTHON`, else `python3` on PATH. Under CI
+//! (`CI=true`) a missing one fails the tests; elsewhere they are skipped with a message.
+
+mod support;
+
+use granary_worker::ops::python::Interpreter;
+use granary_worker::{Batch, Engine, EngineOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::dataset;
+
+/// The interpreter the tests use, or `None` (skip) when there is none with NumPy outside CI.
+fn python() -> Option<PathBuf> {
+    let found = Interpreter::find(None).ok().filter(|i| {
+        Command::new(&i.path).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success())
+    });
+    match found {
+        Some(i) => Some(i.path),
+        None if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("no Python with NumPy: set GRANARY_PYTHON (scripts/test makes one)")
+        }
+        None => {
+            eprintln!("skipped: no Python with NumPy (set GRANARY_PYTHON)");
+            None
+        }
+    }
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python")
+}
+
+/// The training recipe on `memory://NAME/`, with `extra` (YAML stage lines) after the flip.
+fn manifest(name: &str, extra: &str, batch: usize) -> granary_crds::Manifest {
+    let text = format!(
+        r#"
+apiVersion: granary.dev/v1alpha1
+kind: InputPipeline
+metadata: {{name: test}}
+spec:
+  source: {{url: "memory://{name}/data/train/", format: files, labels: ../labels.jsonl, filesPerSplit: 8}}
+  stages:
+    - op: image.decode
+    - op: image.random_resized_crop
+      size: 16
+    - op: image.flip
+{extra}
+  shuffle: {{buffer: 10}}
+  batch: {{size: {batch}}}
+  seed: 11
+  epochs: 1
+"#
+    );
+    granary_crds::parse_manifest(&text, &fixtures(), &[]).unwrap()
+}
+
+fn open(manifest: &granary_crds::Manifest, threads: usize, python: &Path) -> Engine {
+    let options = EngineOptions {
+        threads,
+        prefetch_bytes: 1 << 20,
+        python: Some(python.to_path_buf()),
+        ..Default::default()
+    };
+    Engine::open(manifest, options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run(manifest: &granary_crds::Manifest, threads: usize, python: &Path) -> Vec<Batch> {
+    let engine = open(manifest, threads, python);
+    engine.run_epoch(0).collect::<Result<Vec<_>, _>>().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn error_of(manifest: &granary_crds::Manifest, python: &Path) -> String {
+    let engine = open(manifest, 2, python);
+    match engine.run_epoch(0).collect::<Result<Vec<_>, _>>() {
+        Ok(_) => panic!("the run should fail"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn identity_gives_the_same_bytes_element_wise_and_batched() {
+    let Some(python) = python() else { return };
+    dataset("py-identity", 40);
+    let plain = run(&manifest("py-identity", "", 8), 2, &python);
+    for stage in [
+        "    - op: python.map\n      function: stages:identity",
+        "    - op: python.map\n      function: stages:identity_batched\n      batched: true",
+    ] {
+        let with = run(&manifest("py-identity", stage, 8), 2, &python);
+        assert_eq!(with, plain, "{stage}");
+    }
+}
+
+#[test]
+fn a_random_function_repeats_across_runs_and_thread_counts() {
+    let Some(python) = python() else { return };
+    dataset("py-random", 40);
+    for stage in [
+        "    - op: python.map\n      function: stages:jitter\n      args: {strength: 0.3}",
+        "    - op: python.map\n      function: stages:jitter_batched\n      batched: true",
+    ] {
+        let m = manifest("py-random", stage, 8);
+        let first = run(&m, 1, &python);
+        assert_eq!(run(&m, 2, &python), first, "{stage}");
+        assert_eq!(run(&m, 2, &python), first, "{stage}");
+        let plain = run(&manifest("py-random", "", 8), 1, &python);
+        assert_ne!(first, plain, "the function changed nothing: {stage}");
+    }
+}
+
+#[test]
+fn returned_fields_are_added_replaced_and_dropped() {
+    let Some(python) = python() else { return };
+    dataset("py-fields", 12);
+    let stages = "    - op: python.map\n      function: stages:add_fields\n    - op: python.map\n      function: stages:check_text_and_bytes";
+    let m = manifest("py-fields", stages, 4);
+    let batches = run(&m, 2, &python);
+    let plain = run(&manifest("py-fields", "", 4), 2, &python);
+    for (b, p) in batches.iter().zip(&plain) {
+        assert!(b.tensor("label").is_none(), "label was dropped");
+        assert_eq!(b.tensor("image"), p.tensor("image"), "image went back and forth unchanged");
+        let labels: &[i64] = bytemuck::cast_slice(&p.tensor("label").unwrap().data);
+        let plus: &[i64] = bytemuck::cast_slice(&b.tensor("label_plus_one").unwrap().data);
+        assert_eq!(plus.iter().map(|x| x - 1).collect::<Vec<_>>(), labels);
+        let area: &[i64] = bytemuck::cast_slice(&b.tensor("area").unwrap().data);
+        assert!(area.iter().all(|&a| a == 16 * 16));
+        assert_eq!(b.tensor("checked").unwrap().data, vec![1u8; b.keys.len()], "text and bytes crossed");
+        assert_eq!(b.keys, p.keys);
+    }
+}
+
+#[test]
+fn an_exception_names_the_stage_the_element_and_the_traceback() {
+    let Some(python) = python() else { return };
+    dataset("py-boom", 12);
+    let m = manifest("py-boom", "    - op: python.map\n      name: augment\n      function: stages:boom", 4);
+    let message = error_of(&m, &python);
+    assert!(message.contains("spec.stages[3] (`augment`)"), "{message}");
+    assert!(message.contains("failed on element `00003.jpg`"), "{message}");
+    assert!(message.contains("Traceback (most recent call last)"), "{message}");
+    assert!(message.contains("stages.py"), "{message}");
+    assert!(message.contains("ValueError: cannot augment 00003.jpg"), "{message}");
+}
+
+#[test]
+fn a_crash_in_native_code_is_reported_and_the_runner_replaced() {
+    let Some(python) = python() else { return };
+    dataset("py-crash", 4);
+    let m = manifest("py-crash", "    - op: python.map\n      function: stages:crash", 4);
+    let message = error_of(&m, &python);
+    assert!(message.contains("the Python process running `stages:crash` died"), "{message}");
+    assert!(message.contains("SIGSEGV"), "{message}");
+}
+
+#[test]
+fn bad_returns_and_imports_say_what_to_fix() {
+    let Some(python) = python() else { return };
+    dataset("py-bad", 4);
+    let m = manifest("py-bad", "    - op: python.map\n      function: stages:not_a_dict", 4);
+    let message = error_of(&m, &python);
+    assert!(message.contains("`stages:not_a_dict` returned list; return a dict"), "{message}");
+
+    let options = EngineOptions { python: Some(python.clone()), ..Default::default() };
+    for (stage, expected) in [
+        ("function: nowhere:fn", "cannot import `nowhere`"),
+        ("function: stages:missing", "has no `missing`"),
+        (
+            "function: stages:identity\n      args: {strength: 1}",
+            "cannot be called as identity(element, strength=…)",
+        ),
+    ] {
+        let m = manifest("py-bad", &format!("    - op: python.map\n      {stage}"), 4);
+        let error = Engine::open(&m, options.clone()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("spec.stages[3].function"), "{error}");
+        assert!(error.contains(expected), "{error}");
+    }
+}
