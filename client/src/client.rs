@@ -178,6 +178,8 @@ impl Client {
         loop {
             if let Some(error) = self.errors.pop_front() {
                 self.clock.last_return = Some(Instant::now());
+                // Nothing follows a failed pipeline.
+                self.finished |= matches!(error, ClientError::PipelineFailed { .. });
                 return Some(Err(error));
             }
             self.drain();
@@ -320,6 +322,10 @@ impl Client {
                     tracing::debug!(epoch, split, "split ended with parts missing, asking for a replay");
                     self.request_replay(epoch, vec![split]);
                 }
+            }
+            StreamEvent::Failed(message) => {
+                let pipeline = self.session.consumer.pipeline.clone();
+                self.errors.push_back(ClientError::PipelineFailed { pipeline, message });
             }
         }
     }

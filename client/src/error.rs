@@ -70,6 +70,16 @@ pub enum ClientError {
     #[error("the worker streams stopped")]
     StreamsClosed,
 
+    /// The pipeline failed on the service side (e.g. a stage fails on an element every time it
+    /// is tried): no more batches will come.
+    #[error("pipeline `{pipeline}` failed: {message}")]
+    PipelineFailed {
+        /// The pipeline.
+        pipeline: String,
+        /// Why, as the dispatcher says.
+        message: String,
+    },
+
     /// The runtime of a [`crate::BlockingClient`] could not be started.
     #[error("cannot start the client runtime: {0}")]
     Runtime(#[from] std::io::Error),

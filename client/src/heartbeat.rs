@@ -34,7 +34,12 @@ pub(crate) async fn run(
                 }
                 failing = false;
                 backoff.reset();
-                streams.update(&response.into_inner().workers);
+                let response = response.into_inner();
+                if !response.failed.is_empty() {
+                    streams.fail(response.failed);
+                    return;
+                }
+                streams.update(&response.workers);
             }
             Err(status) if status.code() == tonic::Code::NotFound => {
                 tracing::info!(dispatcher = %session.address, message = status.message(),

@@ -31,6 +31,8 @@ pub(crate) enum StreamEvent {
         /// The split.
         split: u64,
     },
+    /// The dispatcher says the pipeline failed, and why.
+    Failed(String),
 }
 
 /// The worker stream tasks, following the dispatcher's list of workers.
@@ -51,6 +53,11 @@ impl WorkerStreams {
 
     /// The dispatcher lists `workers` now: start streams from the new ones. Streams from workers
     /// no longer listed keep flowing until they end.
+    /// Tells the consumer that the pipeline failed (once is enough: it ends the iteration).
+    pub(crate) fn fail(&self, message: String) {
+        let _ = self.events.try_send(StreamEvent::Failed(message));
+    }
+
     pub(crate) fn update(&mut self, workers: &[WorkerInfo]) {
         let addresses: HashSet<String> = workers
             .iter()

@@ -167,7 +167,8 @@ impl dispatcher_server::Dispatcher for Dispatcher {
     ) -> Result<Response<pb::ReturnLeaseResponse>, Status> {
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
-        self.mutate(|s, _| s.give_back(&req.worker_id, req.lease_id)).await?;
+        let error = (!req.error.is_empty()).then_some(req.error.as_str());
+        self.mutate(|s, _| s.give_back(&req.worker_id, req.lease_id, error)).await?;
         Ok(Response::new(pb::ReturnLeaseResponse {}))
     }
 

@@ -20,6 +20,7 @@ from granary.errors import (
     DispatcherUnavailable,
     GranaryError,
     InvalidPosition,
+    PipelineFailed,
     PipelineNotFound,
     RequestRefused,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "GranaryError",
     "InvalidPosition",
     "Pipeline",
+    "PipelineFailed",
     "PipelineNotFound",
     "RequestRefused",
 ]

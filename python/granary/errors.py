@@ -44,12 +44,19 @@ class DataError(GranaryError):
     """A batch or epoch plan the client cannot use, or every worker stream stopped."""
 
 
+class PipelineFailed(GranaryError):
+    """The pipeline failed on the service side, e.g. a stage (your ``python.map`` function among
+    them) failed on the same split every time it was tried; the message names the stage, the
+    element and, for Python stages, ends with the traceback."""
+
+
 __all__ = [
     "ConfigurationError",
     "DataError",
     "DispatcherUnavailable",
     "GranaryError",
     "InvalidPosition",
+    "PipelineFailed",
     "PipelineNotFound",
     "RequestRefused",
 ]

@@ -23,6 +23,7 @@ fn class_name(error: &ClientError) -> &'static str {
         ClientError::BadPlan { .. } | ClientError::Assembly { .. } | ClientError::StreamsClosed => {
             "DataError"
         }
+        ClientError::PipelineFailed { .. } => "PipelineFailed",
         ClientError::Runtime(_) => "GranaryError",
     }
 }

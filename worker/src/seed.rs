@@ -28,6 +28,8 @@ pub enum Stream {
     Shuffle = 2,
     /// Augmentations of one element.
     Element = 3,
+    /// A batched stage's call on a group of consecutive elements.
+    Group = 4,
 }
 
 /// A seeded random number generator with the few draws the operators need.

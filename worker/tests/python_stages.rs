@@ -96,6 +96,23 @@ fn identity_gives_the_same_bytes_element_wise_and_batched() {
 }
 
 #[test]
+fn batched_functions_take_blocks_of_the_batch_size() {
+    let Some(python) = python() else { return };
+    dataset("py-groups", 20);
+    // Splits of 8 elements; batch 3: blocks [0,3), [3,6), [6,8) of each split.
+    let stage = "    - op: python.map\n      function: stages:group_size\n      batched: true";
+    let batches = run(&manifest("py-groups", stage, 3), 2, &python);
+    let mut sizes: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| bytemuck::cast_slice::<u8, i64>(&b.tensor("group").unwrap().data).to_vec())
+        .collect();
+    sizes.sort();
+    // 20 elements: splits of 8, 8 and 4: blocks of 3, 3, 2 | 3, 3, 2 | 3, 1.
+    let expected = [vec![1], vec![2; 4], vec![3; 15]].concat();
+    assert_eq!(sizes, expected);
+}
+
+#[test]
 fn a_random_function_repeats_across_runs_and_thread_counts() {
     let Some(python) = python() else { return };
     dataset("py-random", 40);

@@ -145,7 +145,7 @@ impl Dispatcher for FakeDispatcher {
             return Err(Status::not_found("unknown client"));
         }
         state.heartbeats.push(request.into_inner());
-        Ok(Response::new(ClientHeartbeatResponse { workers }))
+        Ok(Response::new(ClientHeartbeatResponse { workers, failed: String::new() }))
     }
 
     async fn get_epoch_plan(

@@ -66,6 +66,7 @@ impl State {
                 epochs: BTreeMap::new(),
                 replays: VecDeque::new(),
                 trainer: TrainerTotals::default(),
+                failures: BTreeMap::new(),
             },
         );
         self.events.push(Event::Job {
@@ -255,7 +256,8 @@ impl State {
         // Epochs every consumer is past are no longer needed.
         let slowest = job.slowest_epoch(epochs);
         job.epochs.retain(|&e, _| e + 1 >= slowest);
-        Ok(pb::ClientHeartbeatResponse { workers: self.workers_of(&req.pipeline) })
+        let failed = self.failure(&req.pipeline).unwrap_or_default();
+        Ok(pb::ClientHeartbeatResponse { workers: self.workers_of(&req.pipeline), failed })
     }
 
     /// A consumer's batches in `epoch` and the split ranges that make each.

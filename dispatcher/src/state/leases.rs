@@ -1,6 +1,6 @@
 //! The worker-facing rules: registration, heartbeats, and split leases.
 
-use super::{DispatchError, Event, LeaseEntry, Replay, SplitStatus, State, WorkerEntry};
+use super::{DispatchError, Event, LeaseEntry, MAX_SPLIT_ATTEMPTS, Replay, SplitStatus, State, WorkerEntry};
 use granary_proto::v1 as pb;
 use std::collections::BTreeSet;
 
@@ -330,14 +330,42 @@ impl State {
         Ok(())
     }
 
-    /// A worker gives a lease back unfinished.
-    pub fn give_back(&mut self, worker: &str, lease: u64) -> Result<(), DispatchError> {
-        match self.leases.get(&lease) {
-            Some(l) if l.worker == worker => {
-                self.requeue(lease);
-                Ok(())
-            }
-            _ => Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
+    /// A worker gives a lease back unfinished; `error` says why when producing the split failed.
+    /// The split goes back to the queue, unless it failed [`MAX_SPLIT_ATTEMPTS`] times: then the
+    /// pipeline fails with the last cause, rather than retrying forever.
+    pub fn give_back(&mut self, worker: &str, lease: u64, error: Option<&str>) -> Result<(), DispatchError> {
+        let entry = match self.leases.get(&lease) {
+            Some(l) if l.worker == worker => l,
+            _ => return Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
+        };
+        if let Some(error) = error.filter(|e| !e.is_empty()) {
+            let (pipeline, job, replay) = (entry.pipeline.clone(), entry.job.clone(), entry.replay);
+            self.count_failure(&pipeline, &job, replay.epoch, replay.split, worker, error);
+        }
+        self.requeue(lease);
+        Ok(())
+    }
+
+    /// Counts a failed attempt at a split; the pipeline fails at the limit.
+    fn count_failure(
+        &mut self,
+        pipeline: &str,
+        job: &str,
+        epoch: u32,
+        split: u64,
+        worker: &str,
+        error: &str,
+    ) {
+        let Some(p) = self.pipelines.get_mut(pipeline) else { return };
+        let Some(j) = p.jobs.get_mut(job) else { return };
+        let attempts = j.failures.entry((epoch, split)).or_insert(0);
+        *attempts += 1;
+        let attempts = *attempts;
+        tracing::warn!(%pipeline, epoch, split, attempts, %worker, "a split failed: {error}");
+        if attempts >= MAX_SPLIT_ATTEMPTS && p.failed.is_none() {
+            p.failed = Some(format!(
+                "split {split} of epoch {epoch} failed {attempts} times (the last on worker `{worker}`): {error}"
+            ));
         }
     }
 

@@ -53,6 +53,10 @@ pub enum DispatchError {
     ResourceExhausted(String),
 }
 
+/// Attempts at producing one split of one epoch that may fail (the worker reports an error)
+/// before its pipeline fails. Leases that expire (a worker that died) do not count.
+pub const MAX_SPLIT_ATTEMPTS: u32 = 3;
+
 /// Facts about a registered pipeline's source and spec that plans need.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PipelineFacts {
@@ -118,6 +122,8 @@ pub(crate) struct Job {
     pub(crate) replays: VecDeque<Replay>,
     /// What the job's trainers reported, for metrics.
     pub(crate) trainer: TrainerTotals,
+    /// Failed attempts per (epoch, split).
+    pub(crate) failures: BTreeMap<(u32, u64), u32>,
 }
 
 impl Job {

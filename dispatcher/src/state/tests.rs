@@ -86,7 +86,7 @@ fn lease_outcomes_are_counted_per_pipeline() {
     let a = s.lease(&w, 0).unwrap().unwrap();
     let b = s.lease(&w, 0).unwrap().unwrap();
     complete(&mut s, &a);
-    s.give_back(&w, b.lease_id).unwrap();
+    s.give_back(&w, b.lease_id, None).unwrap();
     assert_eq!(s.split_counts("p"), SplitCounts { leased: 2, completed: 1, requeued: 1 });
     // A silent worker's lease comes back too.
     let c = s.lease(&w, 0).unwrap().unwrap();
@@ -274,4 +274,42 @@ fn a_removed_pipeline_ends_its_leases_and_stays_removed_after_replay() {
     // Registered again, it starts over.
     s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
     assert_eq!(s.progress("p").len(), 0);
+}
+
+#[test]
+fn a_split_that_fails_three_times_fails_its_pipeline_with_the_cause() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 2], 5, 1)).unwrap();
+    let c = client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let heartbeat = |s: &mut State| {
+        let hb = pb::ClientHeartbeatRequest {
+            client_id: c.client_id.clone(),
+            pipeline: "p".into(),
+            job: "p".into(),
+            consumer_index: 0,
+            ..Default::default()
+        };
+        s.client_heartbeat(&hb, 10).unwrap().failed
+    };
+    // Given back without a cause (a worker shutting down) does not count.
+    let first = s.lease(&w, 0).unwrap().unwrap();
+    s.give_back(&w, first.lease_id, None).unwrap();
+    for attempt in 1..=3 {
+        let lease = s.lease(&w, 0).unwrap().unwrap();
+        assert_eq!(
+            (lease.epoch, lease.split),
+            (first.epoch, first.split),
+            "the failed split comes back first"
+        );
+        assert!(s.failure("p").is_none(), "attempt {attempt}");
+        assert!(heartbeat(&mut s).is_empty());
+        s.give_back(&w, lease.lease_id, Some("spec.stages[1] (`python.map`) failed on element `a`: boom"))
+            .unwrap();
+    }
+    let why = s.failure("p").unwrap();
+    assert!(why.contains(&format!("split {} of epoch 0 failed 3 times", first.split)), "{why}");
+    assert!(why.ends_with("failed on element `a`: boom"), "{why}");
+    assert_eq!(heartbeat(&mut s), why, "the trainer learns it at its next heartbeat");
+    assert!(s.lease(&w, 0).unwrap().is_none(), "a failed pipeline gets no more work");
 }

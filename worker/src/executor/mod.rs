@@ -13,6 +13,7 @@
 
 mod assemble;
 mod cached;
+mod group;
 
 use crate::batch::{Batch, BatchError};
 use crate::budget::{Budget, Permit};
@@ -58,6 +59,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Elements per group when a stage takes groups (a batched `python.map`): `batch.size`.
+    fn group_size(&self) -> Option<usize> {
+        self.stages.iter().any(|s| s.op.batched()).then_some(self.batch_size.max(1))
+    }
+
     /// The index in `stages` where cut `cut` of `spec.stages` falls (the entry holds the output
     /// of `spec.stages[cut - 1]`), when the stages as they run have a boundary there.
     pub fn stage_at_cut(&self, cut: usize) -> Option<usize> {
@@ -165,7 +171,24 @@ pub enum ExecError {
     Internal(String),
 }
 
+/// One element of a group for batched stages.
+struct Member {
+    seq: u64,
+    /// Index of the element in its split.
+    index: u64,
+    /// First stage to apply (after a cache cut, for elements read from the cache).
+    start: usize,
+    element: Element,
+    permit: Permit,
+}
+
 enum Work {
+    /// Consecutive elements of one split that run together, for a batched stage.
+    Group {
+        task: Task,
+        split_id: u64,
+        members: Vec<Member>,
+    },
     /// An element to run through `stages[start..]`.
     Element {
         seq: u64,
@@ -373,16 +396,31 @@ fn read(
             return;
         };
         let mut stopped = false;
+        let group = plan.group_size();
+        let mut members: Vec<Member> = Vec::new();
         let mut send = |index: u64, start: usize, element: Element| {
             let Some(permit) = budget.acquire(element.nbytes()) else {
                 stopped = true;
                 return false;
             };
-            let item = Work::Element { seq, task, split_id: split.id, index, start, element, permit };
-            if work.send(item).is_err() {
-                stopped = true;
-                return false;
+            let Some(g) = group else {
+                let item = Work::Element { seq, task, split_id: split.id, index, start, element, permit };
+                if work.send(item).is_err() {
+                    stopped = true;
+                    return false;
+                }
+                seq += 1;
+                return true;
+            };
+            // Groups are blocks of `g` indices; a block may arrive partly from the cache.
+            if members.last().is_some_and(|m| m.index / g as u64 != index / g as u64) {
+                let members = std::mem::take(&mut members);
+                if work.send(Work::Group { task, split_id: split.id, members }).is_err() {
+                    stopped = true;
+                    return false;
+                }
             }
+            members.push(Member { seq, index, start, element, permit });
             seq += 1;
             true
         };
@@ -398,6 +436,9 @@ fn read(
             None => Ok(()),
         };
         if stopped {
+            return;
+        }
+        if !members.is_empty() && work.send(Work::Group { task, split_id: split.id, members }).is_err() {
             return;
         }
         if let Err(e) = result {
@@ -418,6 +459,28 @@ fn read(
 fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &StageTimes) {
     for item in work.iter() {
         let out = match item {
+            Work::Group { task, split_id, mut members } => {
+                match group::run(plan, task, split_id, &mut members, times) {
+                    Ok(records) => {
+                        for (mut m, record) in members.into_iter().zip(records) {
+                            m.permit.resize(m.element.nbytes());
+                            let element = Done::Element {
+                                seq: m.seq,
+                                task,
+                                split_id,
+                                element: m.element,
+                                record,
+                                permit: m.permit,
+                            };
+                            if done.send(element).is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    Err(error) => Done::Failed { seq: members.first().map_or(0, |m| m.seq), error },
+                }
+            }
             Work::SplitEnd { seq, task, split_id, read } => Done::SplitEnd { seq, task, split_id, read },
             Work::Element { seq, task, split_id, index, start, mut element, mut permit } => {
                 let mut rng = SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, index);
@@ -446,11 +509,7 @@ fn run_element(
     rng: &mut SeededRng,
     times: &StageTimes,
 ) -> Result<Option<Vec<u8>>, ExecError> {
-    let cut = match task.cache {
-        CacheUse::Write { cut } if start == 0 => plan.stage_at_cut(cut),
-        _ => None,
-    };
-    let record = match cut {
+    let record = match write_cut(plan, task, start) {
         None => {
             apply(plan, start.min(plan.stages.len())..plan.stages.len(), element, rng, times)?;
             None
@@ -464,6 +523,15 @@ fn run_element(
     };
     times.elements.fetch_add(1, Ordering::Relaxed);
     Ok(record)
+}
+
+/// The stage index at which a task that writes the cache takes an element's record: elements
+/// computed from the source (`start` 0) only.
+fn write_cut(plan: &Plan, task: Task, start: usize) -> Option<usize> {
+    match task.cache {
+        CacheUse::Write { cut } if start == 0 => plan.stage_at_cut(cut),
+        _ => None,
+    }
 }
 
 fn apply(

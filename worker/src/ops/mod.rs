@@ -47,6 +47,18 @@ pub trait Operator: Send + Sync {
     /// Transforms `element` in place. Random operators draw only from `rng`, the element's own
     /// seeded stream, so that output does not depend on threads or timing.
     fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError>;
+
+    /// Whether the operator takes consecutive elements of a split together
+    /// ([`Operator::apply_group`]) rather than one at a time.
+    fn batched(&self) -> bool {
+        false
+    }
+
+    /// Transforms a group of consecutive elements of one split at once; `rng` is the group's own
+    /// seeded stream. Only called when [`Operator::batched`] says so.
+    fn apply_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {
+        elements.iter_mut().try_for_each(|e| self.apply(e, rng))
+    }
 }
 
 /// Builds the implementation of one stage.

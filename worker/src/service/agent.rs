@@ -509,11 +509,16 @@ impl Agent {
     /// Stops holding `id` and gives it back to the dispatcher (best effort: an unreturned lease
     /// expires).
     async fn give_back(&self, id: u64) {
+        self.return_lease(id, String::new()).await;
+    }
+
+    /// Gives `id` back with why producing its split failed, which the dispatcher counts.
+    async fn return_lease(&self, id: u64, error: String) {
         self.leases.produced(id);
         if self.leases.release(id).is_none() {
             return;
         }
-        let request = ReturnLeaseRequest { worker_id: self.worker_id(), lease_id: id };
+        let request = ReturnLeaseRequest { worker_id: self.worker_id(), lease_id: id, error };
         if let Err(status) = self.client().return_lease(request).await {
             tracing::warn!(
                 lease = id,
@@ -554,7 +559,7 @@ impl Agent {
                 completions
                     .spawn(async move { agent.report_cache_profile(pipeline, generation, profile).await });
             }
-            Event::Failed { pipeline, generation, leases, error } => {
+            Event::Failed { pipeline, generation, leases, culprit, error } => {
                 tracing::error!(%pipeline, generation, leases = leases.len(), "the engine failed: {error}");
                 {
                     let mut producers = self.producers();
@@ -564,7 +569,10 @@ impl Agent {
                 }
                 for id in leases {
                     let agent = Arc::clone(self);
-                    completions.spawn(async move { agent.give_back(id).await });
+                    // The split that failed is reported with its cause; the others only
+                    // go back with the engine.
+                    let error = if culprit == Some(id) { error.clone() } else { String::new() };
+                    completions.spawn(async move { agent.return_lease(id, error).await });
                 }
             }
         }
@@ -655,7 +663,11 @@ impl Agent {
         }
         for lease in rest {
             self.leases.produced(lease.lease_id);
-            let request = ReturnLeaseRequest { worker_id: self.worker_id(), lease_id: lease.lease_id };
+            let request = ReturnLeaseRequest {
+                worker_id: self.worker_id(),
+                lease_id: lease.lease_id,
+                error: String::new(),
+            };
             if let Err(status) = self.client().return_lease(request).await {
                 tracing::warn!(
                     lease = lease.lease_id,

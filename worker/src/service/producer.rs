@@ -58,6 +58,9 @@ pub enum Event {
         generation: u64,
         /// Leases fed to the engine and not produced.
         leases: Vec<u64>,
+        /// The lease whose split failed, when the failure was in its data (an element a stage
+        /// could not take, a source read): the dispatcher counts it against the split.
+        culprit: Option<u64>,
         /// What failed.
         error: String,
     },
@@ -371,8 +374,11 @@ impl Runner {
                     self.finish(job, router, elements, cache);
                 }
                 Err(e) => {
-                    let job = current.take().map(|(job, _)| job);
-                    return self.fail(job, jobs, &e.to_string());
+                    // Outputs come in task order, so the failure belongs to the split being
+                    // output, or, when none is yet, to the next one.
+                    let job = current.take().map(|(job, _)| job).or_else(|| jobs.try_recv().ok());
+                    let culprit = job.as_ref().map(|j| j.lease.lease_id);
+                    return self.fail_with(job, jobs, &e.to_string(), culprit);
                 }
             }
         }
@@ -476,6 +482,11 @@ impl Runner {
 
     /// Closes the feed and reports every lease the engine will not produce.
     fn fail(&self, current: Option<Job>, jobs: &Receiver<Job>, error: &str) {
+        self.fail_with(current, jobs, error, None);
+    }
+
+    /// [`Self::fail`], naming the lease whose split caused it.
+    fn fail_with(&self, current: Option<Job>, jobs: &Receiver<Job>, error: &str, culprit: Option<u64>) {
         // Nothing can be submitted once the inputs are gone, so the queue below is complete.
         lock(&self.inputs).take();
         let leases: Vec<u64> =
@@ -484,6 +495,7 @@ impl Runner {
             pipeline: self.pipeline.clone(),
             generation: self.generation,
             leases,
+            culprit,
             error: error.to_string(),
         });
     }

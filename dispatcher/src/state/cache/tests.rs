@@ -319,7 +319,7 @@ fn a_lost_writer_frees_its_split() {
     let again = s.lease(&w2, 5000).unwrap().unwrap();
     assert_eq!((again.split, mode(&again)), (lost.split, pb::CacheMode::Write));
     // Returned unfinished: the next lease writes it again.
-    s.give_back(&w2, again.lease_id).unwrap();
+    s.give_back(&w2, again.lease_id, None).unwrap();
     let third = s.lease(&w2, 5000).unwrap().unwrap();
     assert_eq!(mode(&third), pb::CacheMode::Write);
 }

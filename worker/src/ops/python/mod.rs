@@ -81,11 +81,6 @@ pub struct PythonMapOp {
 }
 
 impl PythonMapOp {
-    /// Whether the function takes groups of elements.
-    pub fn batched(&self) -> bool {
-        self.batched
-    }
-
     /// Calls the function on `elements` (one, or a group when batched) and replaces their fields
     /// with what it returned. The function's `rng` is seeded from `rng`, the stream of the
     /// element (of the group's first element).
@@ -129,5 +124,13 @@ impl PythonMapOp {
 impl Operator for PythonMapOp {
     fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
         self.call(std::slice::from_mut(element), rng)
+    }
+
+    fn batched(&self) -> bool {
+        self.batched
+    }
+
+    fn apply_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {
+        self.call(elements, rng)
     }
 }

@@ -1,0 +1,101 @@
+//! Groups for batched stages: when a stage takes several elements at once (`python.map` with
+//! `batched: true`), the reader hands a compute thread the consecutive elements of a split whose
+//! indices fall in one block of `batch.size` (elements `[k·B, (k+1)·B)`), and the thread runs
+//! every stage over the group: element-wise stages one element at a time, batched stages on all
+//! members that reached them. Blocks are fixed by index, so a recomputed split, or one read
+//! partly from the cache, forms the same groups, and the batched stage's random stream belongs
+//! to the block: output does not depend on threads or timing.
+
+use super::{ExecError, Member, Plan, StageTimes, Task, record};
+use crate::seed::{SeededRng, Stream};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// One member's progress through the stages.
+struct Progress {
+    rng: SeededRng,
+    /// Index of the next stage to apply.
+    at: usize,
+    /// Index of the stage boundary whose elements the task writes to the cache, if any.
+    cut: Option<usize>,
+    record: Option<Vec<u8>>,
+}
+
+/// Runs every stage over `members` (consecutive elements of one split, each from its own start
+/// stage); returns each member's cache record when the task writes one.
+pub(super) fn run(
+    plan: &Plan,
+    task: Task,
+    split_id: u64,
+    members: &mut [Member],
+    times: &StageTimes,
+) -> Result<Vec<Option<Vec<u8>>>, ExecError> {
+    let n = plan.stages.len();
+    let mut progress: Vec<Progress> = members
+        .iter()
+        .map(|m| Progress {
+            rng: SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, m.index),
+            at: m.start.min(n),
+            cut: super::write_cut(plan, task, m.start),
+            record: None,
+        })
+        .collect();
+    let batched: Vec<usize> = (0..n).filter(|&i| plan.stages[i].op.batched()).collect();
+    for &b in &batched {
+        for (member, p) in members.iter_mut().zip(&mut progress) {
+            if p.at <= b {
+                advance(plan, member, p, b, times)?;
+            }
+        }
+        let takers: Vec<usize> = (0..members.len()).filter(|&i| progress[i].at == b).collect();
+        let Some(&first) = takers.first() else { continue };
+        let mut elements: Vec<_> = takers
+            .iter()
+            .map(|&i| std::mem::replace(&mut members[i].element, crate::Element::new("")))
+            .collect();
+        let block = members[first].index / plan.batch_size.max(1) as u64;
+        let mut rng =
+            SeededRng::new(plan.seed, Stream::Group, &[u64::from(task.epoch), split_id, block, b as u64]);
+        let stage = &plan.stages[b];
+        let started = Instant::now();
+        let result = stage.op.apply_group(&mut elements, &mut rng);
+        times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let (key, count) = (elements.first().map(|e| e.key.clone()).unwrap_or_default(), elements.len());
+        for (&i, element) in takers.iter().zip(elements) {
+            members[i].element = element;
+            progress[i].at = b + 1;
+        }
+        result.map_err(|e| ExecError::Op {
+            path: stage.path.clone(),
+            stage: stage.name.clone(),
+            key,
+            message: match count {
+                1 => e.0,
+                _ => format!("(a batched call on {count} elements, from this one on) {}", e.0),
+            },
+        })?;
+    }
+    for (member, p) in members.iter_mut().zip(&mut progress) {
+        advance(plan, member, p, n, times)?;
+        times.elements.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(progress.into_iter().map(|p| p.record).collect())
+}
+
+/// Applies the element-wise stages from `p.at` up to `to`, taking the cache record on the way.
+fn advance(
+    plan: &Plan,
+    member: &mut Member,
+    p: &mut Progress,
+    to: usize,
+    times: &StageTimes,
+) -> Result<(), ExecError> {
+    if let Some(cut) = p.cut.filter(|c| (p.at..=to).contains(c) && p.record.is_none()) {
+        super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times)?;
+        p.record = Some(record::to_bytes(&member.element));
+        p.at = cut;
+    }
+    super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times)?;
+    p.at = to;
+    Ok(())
+}
