@@ -92,7 +92,8 @@ pub fn large_dataset(images: usize, batch: u32, files_per_split: u32, epochs: u3
     dataset_with(images, batch, files_per_split, epochs, normalize)
 }
 
-fn dataset_with(images: usize, batch: u32, files_per_split: u32, epochs: u32, extra: &str) -> Dataset {
+/// [`dataset`] with `extra` stage lines after the flip (224×224 crops when there are any).
+pub fn dataset_with(images: usize, batch: u32, files_per_split: u32, epochs: u32, extra: &str) -> Dataset {
     let size = if extra.is_empty() { 32 } else { 224 };
     let dir = tempfile::tempdir().expect("temp dir");
     let status = Command::new(granary_bin())
@@ -200,6 +201,9 @@ pub struct Seen {
     pub slot: u64,
     /// Element keys.
     pub keys: Vec<String>,
+    /// Per row, a digest of its data (with the consumer's `--rows`).
+    #[serde(default)]
+    pub rows: Vec<String>,
 }
 
 /// A consumer process whose batches are collected as it prints them.

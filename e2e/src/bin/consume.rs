@@ -37,6 +37,9 @@ struct Args {
     slow_step_ms: Option<u64>,
     #[arg(long)]
     slow_after: Option<u64>,
+    /// Also print each row's digest (`rows`): SHA-256 of its bytes in every tensor, in order.
+    #[arg(long)]
+    rows: bool,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -58,11 +61,11 @@ async fn main() -> anyhow::Result<()> {
     let mut n = 0u64;
     while let Some(batch) = client.next().await {
         let batch = batch?;
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({"epoch": batch.epoch, "slot": batch.slot, "keys": batch.keys})
-        )?;
+        let mut line = serde_json::json!({"epoch": batch.epoch, "slot": batch.slot, "keys": batch.keys});
+        if args.rows {
+            line["rows"] = row_digests(&batch).into();
+        }
+        writeln!(out, "{line}")?;
         out.flush()?;
         let step = match (args.slow_step_ms, args.slow_after) {
             (Some(slow), Some(after)) if n >= after => slow,
@@ -81,4 +84,21 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Per row, the SHA-256 (hex) of the row's bytes in each tensor, tensors in order.
+fn row_digests(batch: &granary_client::Batch) -> Vec<String> {
+    use sha2::Digest;
+    let rows = batch.keys.len();
+    (0..rows)
+        .map(|i| {
+            let mut hash = sha2::Sha256::new();
+            for t in &batch.tensors {
+                let row = t.data.len() / rows.max(1);
+                hash.update(t.name.as_bytes());
+                hash.update(&t.data[i * row..(i + 1) * row]);
+            }
+            hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        })
+        .collect()
 }
