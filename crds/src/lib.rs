@@ -18,6 +18,7 @@ pub mod stage;
 pub mod status;
 mod suggest;
 pub mod validate;
+pub mod workers;
 
 pub use cache::{ByteSize, CachePolicy, CacheSpec};
 pub use manifest::{Manifest, load_manifest, parse_manifest};
@@ -30,3 +31,4 @@ pub use source::{SourceFormat, SourceSpec};
 pub use stage::StageSpec;
 pub use status::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase};
 pub use validate::validate;
+pub use workers::{PythonSpec, WorkersSpec};

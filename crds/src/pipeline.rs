@@ -1,6 +1,6 @@
 //! The `InputPipeline` resource and its spec.
 
-use crate::{CacheSpec, InputPipelineStatus, ScalingSpec, SourceSpec, StageSpec};
+use crate::{CacheSpec, InputPipelineStatus, PythonSpec, ScalingSpec, SourceSpec, StageSpec, WorkersSpec};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,12 @@ pub struct InputPipelineSpec {
     /// measured costs (or pinned with `policy: at`). Absent: nothing is cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSpec>,
+    /// The worker pods of this pipeline, where they differ from the chart's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkersSpec>,
+    /// Where `python.map` stages find their code under Kubernetes, besides the worker image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonSpec>,
 }
 
 fn default_epochs() -> u32 {

@@ -48,6 +48,12 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
     if let Some(cache) = &spec.cache {
         check_cache(cache, &spec.stages, &mut problems);
     }
+    if let Some(workers) = &spec.workers {
+        workers.check(&mut problems);
+    }
+    if let Some(python) = &spec.python {
+        python.check(&mut problems);
+    }
     problems
 }
 

@@ -30,6 +30,8 @@ fn spec() -> InputPipelineSpec {
         epochs: 1,
         scaling: None,
         cache: None,
+        workers: None,
+        python: None,
     }
 }
 

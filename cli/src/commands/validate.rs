@@ -14,8 +14,10 @@
 
 use crate::exit;
 use granary_crds::manifest::{base_dir_of, parse_manifest};
+use granary_crds::ops::PythonMap;
 use granary_crds::read::{manifest_text, read_manifest_text};
-use granary_crds::{Problem, Problems};
+use granary_crds::{OpConfig, Problem, Problems};
+use granary_worker::ops::python::{Interpreter, StartError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,6 +32,10 @@ pub struct ValidateArgs {
     /// "message"}]}`.
     #[arg(long)]
     pub json: bool,
+    /// The Python interpreter that imports `python.map` functions to check them (default:
+    /// `$VIRTUAL_ENV/bin/python`, else `python3` on PATH).
+    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
 }
 
 /// One file's verdict, as `--json` prints it.
@@ -38,6 +44,9 @@ struct Verdict<'a> {
     file: String,
     valid: bool,
     problems: Vec<JsonProblem<'a>>,
+    /// What was checked beyond the manifest, or could not be (the Python stages' imports).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<&'a str>,
 }
 
 #[derive(serde::Serialize)]
@@ -53,7 +62,8 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     let mut invalid = false;
     for file in &args.files {
         let name = file.display().to_string();
-        let result = check(file);
+        let mut notes = Vec::new();
+        let result = check(file, args.python.as_deref(), &mut notes);
         invalid |= result.is_err();
         // A failed write to stdout (a closed pipe) cannot be reported anywhere useful; the exit
         // status still tells.
@@ -70,6 +80,7 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
                     .iter()
                     .map(|p| JsonProblem { path: &p.path, message: &p.message })
                     .collect(),
+                notes: notes.iter().map(String::as_str).collect(),
             };
             if let Ok(line) = serde_json::to_string(&verdict) {
                 let _ = writeln!(out, "{line}");
@@ -80,6 +91,9 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
             Err(Failure::Unreadable(problem)) => eprintln!("{problem}"),
             Ok(()) => {
                 let _ = writeln!(out, "{name}: ok");
+                for note in &notes {
+                    let _ = writeln!(out, "  {note}");
+                }
             }
             Err(Failure::Invalid(problems)) => {
                 let n = problems.0.len();
@@ -102,8 +116,8 @@ enum Failure {
     Invalid(Problems),
 }
 
-/// Reads and checks one manifest (`-`: standard input).
-fn check(file: &Path) -> Result<(), Failure> {
+/// Reads and checks one manifest (`-`: standard input); notes what else was checked.
+fn check(file: &Path, python: Option<&Path>, notes: &mut Vec<String>) -> Result<(), Failure> {
     let (text, base_dir) = if file.as_os_str() == "-" {
         let mut bytes = Vec::new();
         std::io::stdin().lock().read_to_end(&mut bytes).map_err(|e| {
@@ -114,5 +128,54 @@ fn check(file: &Path) -> Result<(), Failure> {
     } else {
         (read_manifest_text(file).map_err(Failure::Unreadable)?, base_dir_of(file))
     };
-    parse_manifest(&text, &base_dir, &[]).map(|_| ()).map_err(Failure::Invalid)
+    let manifest = parse_manifest(&text, &base_dir, &[]).map_err(Failure::Invalid)?;
+    check_python(&manifest, python, notes).map_err(Failure::Invalid)
+}
+
+/// Imports the functions of the manifest's `python.map` stages and checks each fits its stage;
+/// without a Python to do it, says so in a note instead.
+fn check_python(
+    manifest: &granary_crds::Manifest,
+    python: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Result<(), Problems> {
+    let stages: Vec<(usize, PythonMap)> = manifest
+        .pipeline
+        .spec
+        .stages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match OpConfig::parse(s, &format!("spec.stages[{i}]")) {
+            Ok(OpConfig::PythonMap(m)) => Some((i, m)),
+            _ => None,
+        })
+        .collect();
+    if stages.is_empty() {
+        return Ok(());
+    }
+    let interpreter = match Interpreter::find(python) {
+        Ok(i) => i,
+        Err(why) => {
+            notes.push(format!("the Python stages' functions were not checked: {why}"));
+            return Ok(());
+        }
+    };
+    let configs: Vec<PythonMap> = stages.iter().map(|(_, m)| m.clone()).collect();
+    let paths = vec![manifest.base_dir.display().to_string()];
+    match granary_worker::ops::python::check(&interpreter, &configs, paths) {
+        Ok((python, numpy)) => {
+            notes.push(format!(
+                "the Python stages' functions import and fit their stages in Python {python} with NumPy {numpy} ({interpreter})"
+            ));
+            Ok(())
+        }
+        Err(StartError::Stage { stage, message }) => {
+            let i = stages.get(stage).map_or(0, |s| s.0);
+            Err(Problems(vec![Problem::new(format!("spec.stages[{i}].function"), message)]))
+        }
+        Err(e) => {
+            notes.push(format!("the Python stages' functions were not checked: {e}"));
+            Ok(())
+        }
+    }
 }

@@ -11,7 +11,8 @@ pub const PYTHON_ENV: &str = "GRANARY_PYTHON";
 pub struct Interpreter {
     /// The executable.
     pub path: PathBuf,
-    /// Where it was found: `--python`, `GRANARY_PYTHON`, `VIRTUAL_ENV` or `PATH`.
+    /// Where it was found: `--python or GRANARY_PYTHON` (the flag, or its variable read by the
+    /// command line), `GRANARY_PYTHON`, `VIRTUAL_ENV` or `PATH`.
     pub origin: &'static str,
 }
 
@@ -20,7 +21,7 @@ impl Interpreter {
     /// `$VIRTUAL_ENV/bin/python`, then `python3` on PATH. `Err` says where it looked.
     pub fn find(explicit: Option<&Path>) -> Result<Interpreter, String> {
         if let Some(path) = explicit {
-            return Ok(Interpreter { path: path.to_path_buf(), origin: "--python" });
+            return Ok(Interpreter { path: path.to_path_buf(), origin: "--python or GRANARY_PYTHON" });
         }
         if let Some(path) = std::env::var_os(PYTHON_ENV).filter(|p| !p.is_empty()) {
             return Ok(Interpreter { path: PathBuf::from(path), origin: PYTHON_ENV });

@@ -66,6 +66,19 @@ impl PythonStages {
     }
 }
 
+/// Imports `configs`' functions in `interpreter` (from `paths` first) and checks that each fits
+/// its stage, without running anything: what `granary validate` does. Returns Python's and
+/// NumPy's versions.
+pub fn check(
+    interpreter: &Interpreter,
+    configs: &[PythonMap],
+    paths: Vec<String>,
+) -> Result<(String, String), StartError> {
+    let setup = Setup { stages: configs.iter().map(setup_of).collect(), paths, check: true };
+    let (_runner, hello) = runner::Runner::start(interpreter, &setup)?;
+    Ok((hello.python, hello.numpy))
+}
+
 /// How a runner is told about a stage.
 pub fn setup_of(config: &PythonMap) -> StageSetup {
     StageSetup { function: config.function.clone(), batched: config.batched, args: config.args.clone() }
