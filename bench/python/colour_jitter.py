@@ -8,7 +8,7 @@ order (brightness, contrast, saturation; no hue), on a height × width × 3 uint
 is drawn uniformly from [1 - s, 1 + s] with `rng`, the image is blended as torchvision does
 (brightness with black, contrast with the mean of the grey image, saturation with the grey
 image), clamped to [0, 255] after each step, and truncated back to uint8. The arithmetic is
-float32, in place in one working copy: five full passes and two greyscale passes per image.
+float32, in place in one working copy (about 0.3 ms for a 224 × 224 image on one core).
 
 The other functions are the benchmark's controls: `identity` (what crossing into Python and back
 costs) and `burn` (a fixed amount of pure-Python work per element, for the 1 → 2 core scaling).
@@ -26,21 +26,28 @@ def jitter_image(image, rng, brightness=0.4, contrast=0.4, saturation=0.4):
         (1.0 - brightness, 1.0 - contrast, 1.0 - saturation),
         (1.0 + brightness, 1.0 + contrast, 1.0 + saturation),
     )
-    x = image.astype(np.float32)  # the one working copy, C-contiguous
+    f32 = np.float32
+    # The one working copy, C-contiguous whatever the input's strides (a CHW tensor's HWC view
+    # included), so that `flat` is a view of it.
+    x = image.astype(f32, order="C")
     flat = x.reshape(-1, 3)
     # Brightness: blend with black.
-    x *= np.float32(b)
+    x *= f32(b)
     np.clip(x, 0.0, 255.0, out=x)
-    # Contrast: blend with the mean of the grey image (= luma · per-channel means).
-    mean = np.float32(flat.mean(axis=0, dtype=np.float32) @ _LUMA)
-    x *= np.float32(c)
-    x += np.float32((1.0 - c) * mean)
+    # Contrast: blend with the mean of the grey image.
+    grey = flat @ _LUMA
+    mean = grey.sum() / grey.size
+    x *= f32(c)
+    x += f32((1.0 - c) * mean)
     np.clip(x, 0.0, 255.0, out=x)
-    # Saturation: blend with the grey image.
-    grey = flat @ _LUMA  # H*W float32
-    grey *= np.float32(1.0 - s)
-    x *= np.float32(s)
-    flat += grey[:, None]
+    # Saturation: blend with the grey image, one channel at a time (a broadcast over the last
+    # axis of length 3 is several times slower).
+    np.matmul(flat, _LUMA, out=grey)
+    grey *= f32(1.0 - s)
+    x *= f32(s)
+    for k in range(3):
+        channel = flat[:, k]
+        channel += grey
     np.clip(x, 0.0, 255.0, out=x)
     return x.astype(np.uint8)
 
