@@ -359,3 +359,103 @@ fn tensor(name: &str, dtype: DType, shape: Vec<usize>, data: &[u8]) -> Result<Te
     Tensor::from_le_bytes(dtype, shape, data)
         .ok_or_else(|| OpError::new(format!("field `{name}`: {bytes} bytes do not fill its shape")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::python::shm::Shared;
+    use crate::tensor::TensorData;
+
+    fn element() -> Element {
+        let mut e = Element::new("a/0001.jpg");
+        e.set("jpeg", Value::Bytes(Bytes::from_static(b"\xff\xd8 jpeg")));
+        e.set("caption", Value::Text("a cat".into()));
+        e.set("image", Value::Tensor(Tensor::new(vec![2, 2, 1], TensorData::U8(vec![1, 2, 3, 4])).unwrap()));
+        e
+    }
+
+    #[test]
+    fn a_call_puts_the_data_in_shared_memory_and_the_layout_in_the_frame() {
+        let mut shm = Shared::new().unwrap();
+        let mut frame = Vec::new();
+        let header = CallHeader { stage: 2, rng: Some(7) };
+        encode_call(&header, &[element()], false, &mut frame, &mut shm).unwrap();
+        assert_eq!(frame[0], 1);
+        assert_eq!(u16::from_le_bytes([frame[1], frame[2]]), 2);
+        assert_eq!(frame[3], 1, "takes an rng");
+        assert!(shm.len() >= 3 * ALIGN);
+        let memory = shm.bytes();
+        assert_eq!(&memory[..7], b"\xff\xd8 jpeg");
+        assert_eq!(&memory[ALIGN..ALIGN + 5], b"a cat");
+        assert_eq!(&memory[2 * ALIGN..2 * ALIGN + 4], &[1, 2, 3, 4]);
+    }
+
+    /// A reply the runner would send: `image` replaced by a 1×2 float32 tensor at `at`, `caption`
+    /// kept as it was.
+    fn reply(at: u64) -> Vec<u8> {
+        let mut r = vec![0u8];
+        r.extend_from_slice(&(1u64 << 20).to_le_bytes());
+        r.extend_from_slice(&2u16.to_le_bytes());
+        r.extend_from_slice(&7u16.to_le_bytes());
+        r.extend_from_slice(b"caption");
+        r.extend_from_slice(&[SAME, 0, 0]);
+        r.extend_from_slice(&0u64.to_le_bytes());
+        r.extend_from_slice(&0u64.to_le_bytes());
+        r.extend_from_slice(&5u16.to_le_bytes());
+        r.extend_from_slice(b"image");
+        r.extend_from_slice(&[TENSOR, 3, 2]);
+        r.extend_from_slice(&1u64.to_le_bytes());
+        r.extend_from_slice(&2u64.to_le_bytes());
+        r.extend_from_slice(&at.to_le_bytes());
+        r.extend_from_slice(&8u64.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn a_reply_becomes_the_new_fields_and_keeps_what_came_back_unchanged() {
+        let mut memory = vec![0u8; 256];
+        memory[128..136].copy_from_slice(bytemuck::cast_slice(&[0.5f32, -1.0]));
+        let body = reply(128);
+        let Reply::Ok { shm_size, mut fields } = decode_reply(&body).unwrap() else { panic!("not ok") };
+        assert_eq!(shm_size, 1 << 20);
+        let mut inputs = element().fields;
+        let out = decode_fields(&mut fields, &memory, None, &mut inputs).unwrap();
+        assert_eq!(out.len(), 1);
+        let names: Vec<&str> = out[0].iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["caption", "image"], "jpeg was dropped");
+        assert_eq!(out[0][0].1, Value::Text("a cat".into()));
+        let Value::Tensor(t) = &out[0][1].1 else { panic!("a tensor") };
+        assert_eq!((t.shape.clone(), t.data.clone()), (vec![1, 2], TensorData::F32(vec![0.5, -1.0])));
+    }
+
+    #[test]
+    fn replies_pointing_outside_the_memory_or_truncated_are_refused() {
+        let memory = vec![0u8; 64];
+        let body = reply(60);
+        let Reply::Ok { mut fields, .. } = decode_reply(&body).unwrap() else { panic!("not ok") };
+        let error = decode_fields(&mut fields, &memory, None, &mut element().fields).err().unwrap();
+        assert!(error.0.contains("outside the shared memory"), "{error}");
+        let short = &body[..body.len() - 3];
+        let Reply::Ok { mut fields, .. } = decode_reply(short).unwrap() else { panic!("not ok") };
+        assert!(decode_fields(&mut fields, &memory, None, &mut element().fields).is_err());
+    }
+
+    #[test]
+    fn a_group_needs_equal_shapes() {
+        let mut other = element();
+        other.key = "a/0002.jpg".into();
+        other.set("image", Value::Tensor(Tensor::new(vec![1, 1, 1], TensorData::U8(vec![9])).unwrap()));
+        let mut shm = Shared::new().unwrap();
+        let error = encode_call(
+            &CallHeader { stage: 0, rng: None },
+            &[element(), other],
+            true,
+            &mut Vec::new(),
+            &mut shm,
+        )
+        .err()
+        .unwrap();
+        assert!(error.0.contains("stacks field `image`"), "{error}");
+        assert!(error.0.contains("`a/0002.jpg`"), "{error}");
+    }
+}
