@@ -67,8 +67,69 @@ fn good_specs_pass() {
             text(&out.stdout),
             text(&out.stderr)
         );
-        assert_eq!(text(&out.stdout), format!("{}: ok\n", file.display()));
+        let stdout = text(&out.stdout);
+        let mut lines = stdout.lines();
+        assert_eq!(lines.next(), Some(format!("{}: ok", file.display()).as_str()));
+        // Notes (what was checked of the Python stages) are indented.
+        assert!(lines.all(|l| l.starts_with("  ")), "{stdout}");
     }
+}
+
+/// A Python with NumPy for the checks below: `GRANARY_PYTHON` (scripts/test sets it). Outside CI
+/// without one, the test is skipped with a message.
+fn python() -> Option<String> {
+    match std::env::var("GRANARY_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var("CI").as_deref() == Ok("true") => panic!("GRANARY_PYTHON is not set"),
+        _ => {
+            eprintln!("skipped: GRANARY_PYTHON is not set");
+            None
+        }
+    }
+}
+
+#[test]
+fn python_functions_are_imported_and_checked() {
+    let Some(python) = python() else { return };
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/good/python-map.yaml");
+    let out = granary(&["validate".as_ref(), good.as_os_str(), "--python".as_ref(), python.as_ref()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("functions import and fit their stages in Python 3."), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(good.with_file_name("python_stage.py"), dir.path().join("python_stage.py")).unwrap();
+    let text_of = |function: &str, args: &str| {
+        std::fs::read_to_string(&good).unwrap().replace(
+            "function: python_stage:brighten\n      args: {factor: 1.2}",
+            &format!("function: {function}\n      args: {args}"),
+        )
+    };
+    for (name, function, args, expected) in [
+        ("missing.yaml", "python_stage:missing", "{}", "spec.stages[2].function: `python_stage` ("),
+        ("module.yaml", "nowhere:brighten", "{}", "spec.stages[2].function: cannot import `nowhere`"),
+        ("args.yaml", "python_stage:brighten", "{strength: 2}", "unexpected keyword argument 'strength'"),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text_of(function, args)).unwrap();
+        let out = granary(&["validate".as_ref(), file.as_os_str(), "--python".as_ref(), python.as_ref()]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stdout}");
+        assert!(stdout.contains(expected), "{name}: {stdout}");
+    }
+
+    // No Python: valid, with a note that the functions were not checked.
+    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
+        .args(["validate".as_ref(), good.as_os_str()])
+        .env("GRANARY_PYTHON", "/nonexistent/python3")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("functions were not checked: cannot start Python /nonexistent/python3"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -1,0 +1,12 @@
+"""Python stages of the good spec python-map.yaml, imported by `granary validate`."""
+
+import numpy as np
+
+
+def brighten(element, rng, factor=1.1):
+    image = element["image"].astype(np.float32) * factor * rng.uniform(0.9, 1.1)
+    return {**element, "image": np.clip(image, 0, 255).astype(np.uint8)}
+
+
+def brighten_all(batch):
+    return {**batch, "image": np.clip(batch["image"].astype(np.float32) * 1.1, 0, 255).astype(np.uint8)}
