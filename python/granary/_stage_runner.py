@@ -39,7 +39,6 @@ WIDEN = {
 }
 ALIGN = 64
 CALL = struct.Struct("<BHBQQQI")
-FIELD = struct.Struct("<BBB")
 U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -133,15 +132,6 @@ class Shared:
             os.ftruncate(self.fd, size)
             self.map_to(size)
 
-    def offset_of(self, array):
-        """The offset of a C-contiguous array that lies in the shared memory, else None."""
-        if not array.flags.c_contiguous or self.size == 0:
-            return None
-        addr = array.__array_interface__["data"][0]
-        if self.base <= addr and addr + array.nbytes <= self.base + self.size:
-            return addr - self.base
-        return None
-
 
 class Stage:
     def __init__(self, spec):
@@ -194,36 +184,53 @@ class Stage:
         return {"file": self.file, "sha256": self.sha256, "rng": self.takes_rng, "key": self.takes_key}
 
 
-def read_fields(body, at, count, shared, n):
-    """Decodes `count` fields of a call, as Python values over the shared memory."""
+# A field descriptor after its name: kind, dtype, ndim, the extents, offset and size.
+HEADS = [struct.Struct(f"<BBB{n}QQQ") for n in range(33)]
+
+
+def head(ndim):
+    if ndim >= len(HEADS):
+        raise ReturnError(f"an array of {ndim} dimensions; at most {len(HEADS) - 1}")
+    return HEADS[ndim]
+
+
+def read_fields(body, at, count, shared, n, origins):
+    """Decodes `count` fields of a call, as Python values over the shared memory. `origins` maps
+    the id of each input array to (offset, array), so that an array returned as it came (or
+    changed in place) goes back without a copy."""
     fields = {}
+    mm = shared.mm
     for _ in range(count):
-        (name_len,) = U16.unpack_from(body, at)
+        name_len = body[at] | (body[at + 1] << 8)
         at += 2
         name = body[at : at + name_len].decode()
         at += name_len
-        kind, dtype, ndim = FIELD.unpack_from(body, at)
-        at += 3
-        shape = struct.unpack_from(f"<{ndim}Q", body, at)
-        at += 8 * ndim
-        offset, nbytes = struct.unpack_from("<QQ", body, at)
-        at += 16
+        ndim = body[at + 2]
+        h = HEADS[ndim]
+        values = h.unpack_from(body, at)
+        at += h.size
+        kind, dtype = values[0], values[1]
+        offset, nbytes = values[-2], values[-1]
         if kind == TENSOR:
             dt = DTYPES[dtype]
-            count_items = nbytes // dt.itemsize
-            array = np.frombuffer(shared.mm, dt, count_items, offset).reshape(shape)
-            fields[name] = array[()] if ndim == 0 else array
+            array = np.frombuffer(mm, dt, nbytes // dt.itemsize, offset)
+            if ndim == 0:
+                fields[name] = array[0]
+                continue
+            if ndim != 1:
+                array = array.reshape(values[3 : 3 + ndim])
+            origins[id(array)] = (offset, array)
+            fields[name] = array
             continue
-        raw = shared.bytes[offset : offset + nbytes]
+        raw = mm[offset : offset + nbytes]
         if n is None:
-            value = raw.tobytes()
-            fields[name] = value.decode() if kind == TEXT else value
+            fields[name] = raw.decode() if kind == TEXT else raw
             continue
         lengths = struct.unpack_from(f"<{n}Q", body, at)
         at += 8 * n
         items, start = [], 0
         for length in lengths:
-            value = raw[start : start + length].tobytes()
+            value = raw[start : start + length]
             items.append(value.decode() if kind == TEXT else value)
             start += length
         fields[name] = items
@@ -240,84 +247,79 @@ def as_array(name, value):
     return array
 
 
-def encode_field(out, name, kind, dtype, shape, offset, nbytes):
+def field_head(name, kind, dtype, shape, offset, nbytes):
     encoded = name.encode()
-    out += U16.pack(len(encoded)) + encoded
-    out += FIELD.pack(kind, dtype, len(shape))
-    out += struct.pack(f"<{len(shape)}Q", *shape)
-    out += struct.pack("<QQ", offset, nbytes)
+    return U16.pack(len(encoded)) + encoded + head(len(shape)).pack(kind, dtype, len(shape), *shape, offset, nbytes)
 
 
-def write_result(result, inputs, shared, out_offset, n):
-    """Encodes the returned dict; arrays not already in the shared memory are copied after the
-    inputs (growing it when needed)."""
-    if not isinstance(result, dict):
-        raise ReturnError(f"returned {type(result).__name__}; return a dict of field name → value")
-    plan = []  # (name, kind, payload, lengths)
-    for name, value in result.items():
-        if not isinstance(name, str) or not name:
-            raise ReturnError(f"returned a field named {name!r}; field names are non-empty strings")
-        if n is not None:
-            if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-                plan.append((name, TEXT, [v.encode() for v in value]))
-                continue
-            if isinstance(value, (list, tuple)) and value and all(isinstance(v, (bytes, bytearray)) for v in value):
-                plan.append((name, BYTES, [bytes(v) for v in value]))
-                continue
-            array = as_array(name, value)
-            if array.ndim == 0 or array.shape[0] != n:
-                raise ReturnError(f"field `{name}` has shape {array.shape}; a batched function returns {n} rows")
-            plan.append((name, TENSOR, array))
-            continue
-        same = inputs.get(name, None)
-        if isinstance(value, (str, bytes)) and same is value:
-            plan.append((name, SAME, None))
-        elif isinstance(value, str):
-            plan.append((name, TEXT, value.encode()))
-        elif isinstance(value, (bytes, bytearray, memoryview)):
-            plan.append((name, BYTES, bytes(value)))
-        else:
-            plan.append((name, TENSOR, as_array(name, value)))
-    # Room for what must be copied.
+def write_result(result, inputs, origins, shared, out_offset, n):
+    """Encodes the returned dict. Input arrays returned as they are stay where they are; other
+    values are copied after the inputs (the shared memory grows when needed)."""
+    if type(result) is not dict:
+        if not isinstance(result, dict):
+            raise ReturnError(f"returned {type(result).__name__}; return a dict of field name → value")
+    heads = []
+    copies = []  # (offset, array or bytes)
     cursor = out_offset
-    placed = []
-    for name, kind, payload in plan:
-        if kind == TENSOR:
-            at = shared.offset_of(payload)
-            if at is not None and at + payload.nbytes <= out_offset:
-                placed.append((name, kind, payload, at))
+    for name, value in result.items():
+        if type(name) is not str or not name:
+            raise ReturnError(f"returned a field named {name!r}; field names are non-empty strings")
+        kind = type(value)
+        if kind is np.ndarray:
+            origin = origins.get(id(value))
+            if origin is not None and origin[1] is value:
+                heads.append(field_head(name, TENSOR, DTYPE_CODE[value.dtype], value.shape, origin[0], value.nbytes))
                 continue
-            size = payload.nbytes
-        elif kind == SAME:
-            placed.append((name, kind, payload, 0))
+        if n is not None:
+            if kind in (list, tuple) and value and all(type(v) is str for v in value):
+                payload = [v.encode() for v in value]
+                kind = TEXT
+            elif kind in (list, tuple) and value and all(isinstance(v, (bytes, bytearray)) for v in value):
+                payload = [bytes(v) for v in value]
+                kind = BYTES
+            else:
+                array = as_array(name, value)
+                if array.ndim == 0 or array.shape[0] != n:
+                    raise ReturnError(f"field `{name}` has shape {array.shape}; a batched function returns {n} rows")
+                heads.append(field_head(name, TENSOR, DTYPE_CODE[array.dtype], array.shape, cursor, array.nbytes))
+                copies.append((cursor, array))
+                cursor = (cursor + array.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                continue
+            joined = b"".join(payload)
+            heads.append(
+                field_head(name, kind, 0, (), cursor, len(joined)) + struct.pack(f"<{n}Q", *(len(p) for p in payload))
+            )
+            copies.append((cursor, joined))
+            cursor = (cursor + len(joined) + ALIGN - 1) // ALIGN * ALIGN
             continue
-        elif isinstance(payload, list):
-            size = sum(len(p) for p in payload)
+        if kind is str or kind is bytes:
+            if inputs.get(name) is value:
+                heads.append(field_head(name, SAME, 0, (), 0, 0))
+                continue
+            data = value.encode() if kind is str else value
+            heads.append(field_head(name, TEXT if kind is str else BYTES, 0, (), cursor, len(data)))
+        elif kind is bytearray or kind is memoryview:
+            data = bytes(value)
+            heads.append(field_head(name, BYTES, 0, (), cursor, len(data)))
         else:
-            size = len(payload)
-        placed.append((name, kind, payload, cursor))
+            array = as_array(name, value)
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            heads.append(field_head(name, TENSOR, DTYPE_CODE[array.dtype], array.shape, cursor, array.nbytes))
+            data = array
+        copies.append((cursor, data))
+        size = data.nbytes if type(data) is np.ndarray else len(data)
         cursor = (cursor + size + ALIGN - 1) // ALIGN * ALIGN
     shared.ensure(cursor)
-    out = bytearray(b"\x00")
-    out += U64.pack(shared.size)
-    out += U16.pack(len(placed))
-    for name, kind, payload, at in placed:
-        if kind == SAME:
-            encode_field(out, name, SAME, 0, (), 0, 0)
-        elif kind == TENSOR:
-            if at >= out_offset:
-                dst = np.frombuffer(shared.mm, payload.dtype, payload.size, at).reshape(payload.shape)
-                np.copyto(dst, payload)
-            encode_field(out, name, TENSOR, DTYPE_CODE[payload.dtype], payload.shape, at, payload.nbytes)
-        elif isinstance(payload, list):
-            joined = b"".join(payload)
-            shared.mm[at : at + len(joined)] = joined
-            encode_field(out, name, kind, 0, (), at, len(joined))
-            out += struct.pack(f"<{len(payload)}Q", *(len(p) for p in payload))
+    whole = shared.bytes
+    for at, data in copies:
+        if type(data) is np.ndarray:
+            if not data.flags.c_contiguous:
+                data = np.ascontiguousarray(data)
+            whole[at : at + data.nbytes] = data.reshape(-1).view(np.uint8)
         else:
-            shared.mm[at : at + len(payload)] = payload
-            encode_field(out, name, kind, 0, (), at, len(payload))
-    return out
+            shared.mm[at : at + len(data)] = data
+    return b"".join([b"\x00", U64.pack(shared.size), U16.pack(len(heads))] + heads)
 
 
 def error_frame(message, raised=True):
@@ -345,7 +347,8 @@ def call(stage, body, shared):
     (count,) = U16.unpack_from(body, at)
     at += 2
     group = n if stage.batched else None
-    fields, at = read_fields(body, at, count, shared, group)
+    origins = {}
+    fields, at = read_fields(body, at, count, shared, group, origins)
     extra = {}
     if stage.takes_rng:
         global RNG
@@ -362,7 +365,7 @@ def call(stage, body, shared):
     except Exception as e:  # the user's code: report it, keep serving
         return error_frame(user_traceback(e))
     try:
-        return write_result(result, fields, shared, out_offset, group)
+        return write_result(result, fields, origins, shared, out_offset, group)
     except ReturnError as e:
         return error_frame(f"`{stage.function}` {e}", raised=False)
 
