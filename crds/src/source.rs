@@ -64,7 +64,7 @@ impl SourceSpec {
     }
 }
 
-/// Checks `spec.source.url` before [`crate::validate::check_url`] does: text no URL can hold
+/// Checks `spec.source.url` before [`crate::object_url::check_url`] does: text no URL can hold
 /// (spaces, control characters), which would otherwise be read as a relative path and fail only
 /// when the source is listed. Problems go to `problems`.
 pub fn check_source_url(url: &str, problems: &mut Vec<crate::Problem>) {
@@ -81,5 +81,5 @@ pub fn check_source_url(url: &str, problems: &mut Vec<crate::Problem>) {
         ));
         return;
     }
-    crate::validate::check_url(url, FIELD, problems);
+    crate::object_url::check_url(url, FIELD, problems);
 }
