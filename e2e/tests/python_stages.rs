@@ -129,3 +129,22 @@ fn a_crashing_function_fails_the_pipeline_after_three_attempts() {
     assert!(stderr.contains("`augment:crash` died"), "{stderr}");
     assert!(stderr.contains("SIGSEGV"), "{stderr}");
 }
+
+#[test]
+fn a_function_that_does_not_import_fails_the_pipeline_with_the_reason() {
+    let data = dataset_with(16, 4, 8, 1, "    - {op: python.map, function: 'augment:missing'}\n");
+    with_functions(&data.manifest);
+    let output = Command::new(granary_bin())
+        .arg("run")
+        .arg(&data.manifest)
+        .args(["--workers", "1", "--threads", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("granary run starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("failed 3 times"), "{stderr}");
+    assert!(stderr.contains("spec.stages[3].function: `augment` ("), "{stderr}");
+    assert!(stderr.contains("has no `missing`"), "{stderr}");
+}

@@ -11,7 +11,7 @@ use super::leases::Leases;
 use super::metrics::{Counters, Inputs, Sampler};
 use super::producer::{Event, Producer, ProducerError, Sinks};
 use super::queues::{ConsumerKey, Delivered, Queues};
-use crate::engine::EngineOptions;
+use crate::engine::{EngineError, EngineOptions};
 use granary_proto::v1::dispatcher_client::DispatcherClient;
 use granary_proto::v1::{
     CacheOutcome, CacheProfile, CompleteSplitRequest, GetPipelineRequest, Lease, LeaseSplitRequest,
@@ -434,7 +434,21 @@ impl Agent {
                     split = lease.split,
                     "cannot produce the split: {e}"
                 );
-                self.give_back(id).await;
+                // An engine that cannot be built from the spec (a Python function that does not
+                // import, a tokenizer file that is missing) will not build next time either: the
+                // dispatcher counts it against the split, and fails the pipeline at the limit.
+                // Anything else (the dispatcher unreachable) is given back without a cause.
+                let permanent = matches!(
+                    &e,
+                    StartError::Producer(
+                        ProducerError::Manifest { .. }
+                            | ProducerError::Engine {
+                                error: EngineError::Build { .. } | EngineError::Spec(_),
+                                ..
+                            }
+                    )
+                );
+                self.return_lease(id, if permanent { e.to_string() } else { String::new() }).await;
                 Err(())
             }
         }
