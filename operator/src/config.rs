@@ -22,6 +22,9 @@ pub struct WorkerSettings {
     pub env_secret: Option<String>,
     /// `host:port` the workers dial for the dispatcher.
     pub dispatcher: String,
+    /// Image of the workers of pipelines with `python.map` stages (and no `spec.workers.image`):
+    /// one with Python and NumPy. `None`: the `-python` variant of `image`.
+    pub python_image: Option<String>,
 }
 
 /// Everything reconciliation needs besides the API client and the dispatcher.

@@ -6,6 +6,7 @@
 use crate::config::OperatorConfig;
 use crate::events::Notifier;
 use crate::pool::Sizing;
+use crate::python::python_image;
 use granary_dispatcher::Dispatcher;
 use granary_dispatcher::host::Autoscalers;
 use std::collections::HashMap;
@@ -22,6 +23,9 @@ pub struct Context {
     pub autoscalers: Autoscalers,
     /// Settings.
     pub config: OperatorConfig,
+    /// The image of workers of pipelines with `python.map` stages and no `spec.workers.image`:
+    /// the `-python` variant of the worker image unless the settings name one.
+    pub python_image: String,
     /// Publishes Events.
     pub notifier: Notifier,
     tracked: Mutex<HashMap<String, Tracked>>,
@@ -48,6 +52,8 @@ pub struct Tracked {
     pub cache_published: Option<String>,
     /// Whether completion was published.
     pub completion_published: bool,
+    /// Whether the pipeline's failure was published.
+    pub failure_published: bool,
     /// When status was last written.
     pub status_written: Option<Instant>,
     /// The failure of the last reconcile, published as an Event; `None` after a success.
@@ -63,7 +69,16 @@ impl Context {
         config: OperatorConfig,
         notifier: Notifier,
     ) -> Context {
-        Context { client, dispatcher, autoscalers, config, notifier, tracked: Mutex::new(HashMap::new()) }
+        let python_image = python_image(config.workers.python_image.as_deref(), &config.workers.image);
+        Context {
+            client,
+            dispatcher,
+            autoscalers,
+            config,
+            python_image,
+            notifier,
+            tracked: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The remembered pipelines; never held across an await.

@@ -38,6 +38,21 @@ impl Note {
     }
 }
 
+/// The Warning Event of a pipeline that failed (a split failed every attempt). A cause longer
+/// than an Event holds keeps its start (the stage and the element) and its end (the last lines of
+/// a Python traceback, which name the exception), cut in between.
+pub fn failure_note(why: &str) -> Note {
+    let text = if why.chars().count() <= MAX_NOTE {
+        why.to_string()
+    } else {
+        let head: String = why.chars().take(MAX_NOTE / 3).collect();
+        let tail: Vec<char> = why.chars().rev().take(MAX_NOTE / 2).collect();
+        let tail: String = tail.into_iter().rev().collect();
+        format!("{head} … {tail}")
+    };
+    Note::warning("PipelineFailed", text)
+}
+
 /// The autoscaler's decisions not yet published, given that `published` of its changes were:
 /// one `Scaled` note each, oldest first.
 pub fn new_scalings(report: &ScalingReport, published: u64) -> (Vec<Note>, u64) {
@@ -132,6 +147,20 @@ impl Notifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_failure_keeps_its_start_and_its_end() {
+        let why = format!(
+            "split 3 of epoch 0 failed 3 times: spec.stages[2] (`jitter`) failed on element `a.jpg`: Traceback\n{}\nValueError: bad pixel",
+            "  File \"augment.py\", line 9\n".repeat(80)
+        );
+        let note = failure_note(&why);
+        assert!(note.warning && note.reason == "PipelineFailed");
+        assert!(note.text.chars().count() <= MAX_NOTE, "{}", note.text.len());
+        assert!(note.text.starts_with("split 3 of epoch 0 failed 3 times: spec.stages[2] (`jitter`)"));
+        assert!(note.text.ends_with("ValueError: bad pixel"));
+        assert_eq!(failure_note("short").text, "short");
+    }
     use granary_dispatcher::autoscaler::DecisionRecord;
 
     fn report(decisions: &[(u32, u32)]) -> ScalingReport {

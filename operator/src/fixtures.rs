@@ -8,7 +8,12 @@ use std::collections::BTreeMap;
 
 /// A valid pipeline `namespace/name` with uid `uid`, generation 1.
 pub fn pipeline(namespace: &str, name: &str, uid: &str) -> InputPipeline {
-    let json = serde_json::json!({
+    pipeline_with(namespace, name, uid, serde_json::json!({}))
+}
+
+/// [`pipeline`] with the top-level fields of `spec` set in its spec (replacing the fixture's).
+pub fn pipeline_with(namespace: &str, name: &str, uid: &str, spec: serde_json::Value) -> InputPipeline {
+    let mut json = serde_json::json!({
         "apiVersion": "granary.dev/v1alpha1",
         "kind": "InputPipeline",
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1, "resourceVersion": "1"},
@@ -18,6 +23,11 @@ pub fn pipeline(namespace: &str, name: &str, uid: &str) -> InputPipeline {
             "batch": {"size": 8}
         }
     });
+    if let serde_json::Value::Object(fields) = spec {
+        for (key, value) in fields {
+            json["spec"][key] = value;
+        }
+    }
     serde_json::from_value(json).expect("a valid fixture")
 }
 
@@ -32,5 +42,6 @@ pub fn settings() -> WorkerSettings {
         }),
         env_secret: Some("s3-credentials".into()),
         dispatcher: "granary-dispatcher.granary.svc:7070".into(),
+        python_image: None,
     }
 }

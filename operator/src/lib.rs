@@ -12,6 +12,7 @@ pub mod leader;
 pub mod metrics;
 pub mod objects;
 pub mod pool;
+pub mod python;
 pub mod rbac;
 pub mod reconcile;
 pub mod run;

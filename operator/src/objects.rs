@@ -1,8 +1,10 @@
 //! The objects an `InputPipeline` owns, as pure functions of the pipeline and the operator's
 //! settings: the worker Deployment (without `replicas`: the count goes through the scale
-//! subresource) and the headless Service in front of the worker pods.
+//! subresource) and the headless Service in front of the worker pods. What `python.map` stages
+//! add to the pod (image, code volume, `PYTHONPATH`) is in [`crate::python`].
 
 use crate::config::WorkerSettings;
+use crate::python;
 use granary_crds::InputPipeline;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
@@ -98,8 +100,10 @@ fn port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
-/// The worker Deployment of `pipeline`, as applied: no `replicas`.
-pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings) -> Deployment {
+/// The worker Deployment of `pipeline`, as applied: no `replicas`. `python_image` is the
+/// Python-capable worker image, for pipelines with `python.map` stages and no image of their own
+/// ([`python::worker_image`]).
+pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_image: &str) -> Deployment {
     let name = pipeline.meta().name.clone().unwrap_or_default();
     let namespace = pipeline.meta().namespace.clone().unwrap_or_default();
     let key = pipeline_key(&namespace, &name);
@@ -111,9 +115,26 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings) -> Deploy
         }),
         ..EnvVar::default()
     };
+    let mut env = vec![
+        env("GRANARY_DISPATCHER", settings.dispatcher.clone()),
+        pod_ip,
+        env("GRANARY_ADVERTISE", format!("$(GRANARY_POD_IP):{WORKER_DATA_PORT}")),
+    ];
+    let mut volume_mounts =
+        vec![VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..Default::default() }];
+    let mut volumes = vec![Volume {
+        name: "tmp".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }];
+    if let Some((volume, mount, python_path)) = python::code_volume(pipeline) {
+        volumes.push(volume);
+        volume_mounts.push(mount);
+        env.push(python_path);
+    }
     let container = Container {
         name: "worker".into(),
-        image: Some(settings.image.clone()),
+        image: Some(python::worker_image(pipeline, settings, python_image)),
         image_pull_policy: settings.image_pull_policy.clone(),
         args: Some(
             [
@@ -128,11 +149,7 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings) -> Deploy
             .map(String::from)
             .to_vec(),
         ),
-        env: Some(vec![
-            env("GRANARY_DISPATCHER", settings.dispatcher.clone()),
-            pod_ip,
-            env("GRANARY_ADVERTISE", format!("$(GRANARY_POD_IP):{WORKER_DATA_PORT}")),
-        ]),
+        env: Some(env),
         env_from: settings.env_secret.as_ref().map(|secret| {
             vec![EnvFromSource {
                 secret_ref: Some(SecretEnvSource { name: secret.clone(), optional: Some(true) }),
@@ -156,11 +173,7 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings) -> Deploy
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tmp".into(),
-            mount_path: "/tmp".into(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
     Deployment {
@@ -190,11 +203,7 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings) -> Deploy
                         }),
                         ..Default::default()
                     }),
-                    volumes: Some(vec![Volume {
-                        name: "tmp".into(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Default::default()
-                    }]),
+                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
@@ -246,7 +255,7 @@ mod tests {
     #[test]
     fn the_deployment_omits_replicas_and_runs_granary_worker_for_the_pipeline() {
         let p = pipeline("ns", "imagenet", "uid-1");
-        let d = deployment(&p, &settings());
+        let d = deployment(&p, &settings(), "ghcr.io/granary-dev/granary-python:0.1.0");
         assert_eq!(d.metadata.name.as_deref(), Some("imagenet-workers"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
         let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
@@ -278,6 +287,7 @@ mod tests {
         assert_eq!(c.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
         assert_eq!(c.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap().name, "s3-credentials");
         assert_eq!(c.resources, settings().resources);
+        assert_eq!(c.image, Some(settings().image), "no python.map stage: the chart's image");
     }
 
     #[test]
@@ -297,7 +307,7 @@ mod tests {
     fn a_secretless_operator_adds_no_env_from() {
         let p = pipeline("ns", "bert", "uid-2");
         let settings = WorkerSettings { env_secret: None, ..settings() };
-        let d = deployment(&p, &settings);
+        let d = deployment(&p, &settings, "ghcr.io/granary-dev/granary-python:0.1.0");
         assert!(d.spec.unwrap().template.spec.unwrap().containers[0].env_from.is_none());
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::config::{FINALIZER, MANAGER};
 use crate::context::Context;
-use crate::events::{Note, new_cache_decision, new_scalings};
+use crate::events::{Note, failure_note, new_cache_decision, new_scalings};
 use crate::objects::{self, pipeline_key, workers_name};
 use crate::pool::{self, KubernetesPool, Sizing};
 use crate::status::{self, Observed, Registration};
@@ -220,7 +220,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
     // Decisions since the last reconcile become Events.
     let scaling = ctx.autoscalers.scaling(&key).map(|s| s.report());
     let cache = ctx.dispatcher.cache_report(&key);
-    let (scalings, cache_note, completion) = ctx.with(&key, &uid, |t| {
+    let (scalings, cache_note, (completion, failure_fresh)) = ctx.with(&key, &uid, |t| {
         let scalings = match &scaling {
             Some(report) => {
                 let (notes, seen) = new_scalings(report, t.scalings_published);
@@ -233,7 +233,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
             t.cache_published = Some(k);
             note
         });
-        (scalings, cache_note, !t.completion_published)
+        (scalings, cache_note, (!t.completion_published, !t.failure_published))
     });
     for note in scalings.into_iter().chain(cache_note) {
         ctx.notifier.publish(&regarding, note).await;
@@ -260,6 +260,10 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
         ctx.with(&key, &uid, |t| t.completion_published = true);
         ctx.notifier.publish(&regarding, Note::normal("Completed", "every job delivered every epoch")).await;
     }
+    if let Some(why) = observed.failure.as_deref().filter(|_| failure_fresh) {
+        ctx.with(&key, &uid, |t| t.failure_published = true);
+        ctx.notifier.publish(&regarding, failure_note(why)).await;
+    }
     Ok(match observed.registration {
         Registration::SourceUnavailable(_) => Action::requeue(SOURCE_RETRY),
         _ => Action::requeue(ctx.config.status_period),
@@ -274,7 +278,8 @@ async fn apply_children(p: &InputPipeline, ctx: &Context, namespace: &str) -> Re
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     services.patch(&name, &params, &Patch::Apply(&objects::service(p))).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    Ok(deployments.patch(&name, &params, &Patch::Apply(&objects::deployment(p, &ctx.config.workers))).await?)
+    let deployment = objects::deployment(p, &ctx.config.workers, &ctx.python_image);
+    Ok(deployments.patch(&name, &params, &Patch::Apply(&deployment)).await?)
 }
 
 /// Ready and desired workers of a pipeline's Deployment, `(0, 0)` when it cannot be read.

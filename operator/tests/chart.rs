@@ -718,6 +718,7 @@ fn operator_deployment_and_services_follow_the_contract() {
         let limits = resources.limits.expect("worker limits");
         if everything {
             assert_eq!(env["GRANARY_WORKER_IMAGE"], "registry.example.com/granary-worker:0.1.0-debug");
+            assert_eq!(env["GRANARY_WORKER_PYTHON_IMAGE"], "registry.example.com/granary-worker-py:0.1.0-py");
             assert_eq!(env["GRANARY_WORKER_IMAGE_PULL_POLICY"], "IfNotPresent");
             assert_eq!(env["GRANARY_JOURNAL"], "s3://ml-data/granary/journal");
             assert_eq!(env["GRANARY_WORKER_ENV_SECRET"], "granary-object-store");
@@ -730,6 +731,12 @@ fn operator_deployment_and_services_follow_the_contract() {
             // The workers run the operator's image unless told otherwise.
             assert_eq!(env["GRANARY_WORKER_IMAGE"], container["image"]);
             assert_eq!(container["image"], "ghcr.io/granary-dev/granary:0.1.0");
+            // Pipelines with python.map stages: the `-python` variant, as the operator derives it.
+            assert_eq!(env["GRANARY_WORKER_PYTHON_IMAGE"], "ghcr.io/granary-dev/granary-python:0.1.0");
+            assert_eq!(
+                env["GRANARY_WORKER_PYTHON_IMAGE"],
+                granary_operator::python::python_variant("ghcr.io/granary-dev/granary:0.1.0").as_str()
+            );
             assert_eq!(env["GRANARY_WORKER_IMAGE_PULL_POLICY"], "IfNotPresent");
             for absent in ["GRANARY_JOURNAL", "GRANARY_WORKER_ENV_SECRET", "GRANARY_WATCH_NAMESPACE"] {
                 assert!(!env.contains_key(absent), "({label}) {absent} set while its value is empty");
@@ -803,5 +810,113 @@ fn operator_deployment_and_services_follow_the_contract() {
             usize::from(everything),
             "({label}) PrometheusRules (prometheusRule.enabled: {everything})"
         );
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// The Python-capable worker image (`workers.pythonImage`)
+
+#[test]
+fn the_python_worker_image_follows_the_worker_image_unless_set() {
+    let table: [(&[&str], &str); 5] = [
+        (&[], "ghcr.io/granary-dev/granary-python:0.1.0"),
+        (&["--set", "image.tag=0.2.0"], "ghcr.io/granary-dev/granary-python:0.2.0"),
+        (
+            &["--set", "workers.image.repository=reg.example.com/w,workers.image.tag=v7"],
+            "reg.example.com/w-python:v7",
+        ),
+        (&["--set", "workers.pythonImage.repository=reg.example.com/py"], "reg.example.com/py:0.1.0"),
+        (&["--set", "workers.pythonImage.tag=py-1"], "ghcr.io/granary-dev/granary-python:py-1"),
+    ];
+    for (args, expected) in table {
+        let docs = documents(&template("granary", args));
+        let env = env_of(&one(&docs, "Deployment", None)["spec"]["template"]["spec"]["containers"][0]);
+        assert_eq!(env["GRANARY_WORKER_PYTHON_IMAGE"], expected, "{args:?}");
+        if !args.iter().any(|a| a.contains("pythonImage")) {
+            // Unset, the chart names what the operator would derive from the worker image itself.
+            let worker = env["GRANARY_WORKER_IMAGE"].as_str().expect("a worker image");
+            assert_eq!(granary_operator::python::python_variant(worker), expected, "{args:?}");
+        }
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// examples/python-stage: the ConfigMap route and the image route
+
+/// The documents of `examples/python-stage/*.yaml`, by file name.
+fn python_stage_examples() -> BTreeMap<String, Vec<Value>> {
+    let dir = root().join("examples/python-stage");
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("examples/python-stage/") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let name = path.file_name().expect("a file name").to_string_lossy().into_owned();
+            files.insert(name, documents(&std::fs::read_to_string(&path).expect("the example")));
+        }
+    }
+    files
+}
+
+#[test]
+fn python_stage_examples_are_valid_and_their_configmap_holds_augment_py() {
+    let files = python_stage_examples();
+    let all: Vec<&Value> = files.values().flatten().collect();
+    let maps: Vec<&Value> = all.iter().copied().filter(|d| kind_of(d) == "ConfigMap").collect();
+    let pipelines: Vec<&Value> = all.iter().copied().filter(|d| kind_of(d) == "InputPipeline").collect();
+    assert_eq!((maps.len(), pipelines.len(), all.len()), (1, 2, 3), "{:?}", files.keys());
+
+    // The ConfigMap holds augment.py as it is beside it.
+    let augment =
+        std::fs::read_to_string(root().join("examples/python-stage/augment.py")).expect("augment.py");
+    assert_eq!(
+        maps[0]["data"]["augment.py"],
+        augment.as_str(),
+        "augment-configmap.yaml is stale; regenerate it"
+    );
+
+    // Against their schemas: the ConfigMap and each pipeline's worker Deployment as the operator
+    // renders it for Kubernetes; the pipelines against the chart's CRD.
+    let settings = granary_operator::WorkerSettings {
+        image: "ghcr.io/granary-dev/granary:0.1.0".into(),
+        image_pull_policy: None,
+        resources: None,
+        env_secret: None,
+        dispatcher: "granary-dispatcher.granary-system.svc:7070".into(),
+        python_image: None,
+    };
+    let python_image = granary_operator::python::python_variant(&settings.image);
+    let mut builtin: Vec<Value> = maps.iter().map(|m| (*m).clone()).collect();
+    let mut images = BTreeMap::new();
+    for doc in &pipelines {
+        let mut doc = (*doc).clone();
+        doc["metadata"]["namespace"] = json!("ml-team");
+        let pipeline: InputPipeline = serde_json::from_value(doc).expect("an InputPipeline");
+        let problems = granary_crds::validate(&pipeline.spec);
+        assert!(problems.is_empty(), "{:?}: {problems:?}", pipeline.metadata.name);
+        let deployment = granary_operator::objects::deployment(&pipeline, &settings, &python_image);
+        let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("a pod spec");
+        let name = pipeline.metadata.name.clone().unwrap_or_default();
+        images.insert(name.clone(), pod.containers[0].image.clone().unwrap_or_default());
+        if let Some(config_map) = pipeline.spec.python.as_ref().and_then(|p| p.config_map.as_ref()) {
+            assert_eq!(config_map, name_of(maps[0]), "{name} names the example's ConfigMap");
+            let volume = pod.volumes.iter().flatten().find(|v| v.config_map.is_some()).expect("a volume");
+            assert_eq!(volume.config_map.as_ref().map(|c| c.name.as_str()), Some(config_map.as_str()));
+        }
+        builtin.push(serde_json::to_value(&deployment).expect("JSON"));
+    }
+    assert_eq!(images["imagenet-jitter"], python_image, "the ConfigMap route runs Granary's Python image");
+    assert_eq!(images["imagenet-grayscale"], "registry.example.com/ml-team/granary-augment:0.1.0");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("python-stage.yaml");
+    write_documents(&file, &builtin);
+    kubernetes_validate(&file, builtin.len(), "1.20.0");
+    kubernetes_validate(&file, builtin.len(), &newest_kubernetes_version(&kubernetes_validate_bin()));
+
+    let custom = dir.path().join("pipelines.yaml");
+    write_documents(&custom, &pipelines.iter().map(|p| (*p).clone()).collect::<Vec<_>>());
+    let results = validate_custom(&[custom]);
+    assert_eq!(results.len(), 2);
+    for result in results {
+        assert!(result.errors.is_empty(), "{:?} does not match the CRD: {:?}", result.name, result.errors);
     }
 }

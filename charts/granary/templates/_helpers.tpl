@@ -52,6 +52,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
+The Python-capable worker image, for pipelines with `python.map` stages: `workers.pythonImage`,
+its repository defaulting to the worker image's with `-python` appended, its tag to the worker
+image's.
+*/}}
+{{- define "granary.workerPythonImage" -}}
+{{- $workerRepository := .Values.workers.image.repository | default .Values.image.repository -}}
+{{- $python := .Values.workers.pythonImage | default dict -}}
+{{- $repository := $python.repository | default (printf "%s-python" $workerRepository) -}}
+{{- $tag := $python.tag | default .Values.workers.image.tag | default .Values.image.tag | default .Chart.AppVersion -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
+{{/*
 Name of the cluster-scoped objects (ClusterRole, ClusterRoleBinding): the full name and the
 release namespace, so that releases of the same name in two namespaces do not collide.
 */}}

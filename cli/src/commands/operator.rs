@@ -42,6 +42,11 @@ pub struct OperatorArgs {
     /// Image of the worker pods (holding `granary`).
     #[arg(long, env = "GRANARY_WORKER_IMAGE")]
     pub worker_image: String,
+    /// Image of the worker pods of pipelines with `python.map` stages (and no
+    /// `spec.workers.image`): one with Python and NumPy. Default: the worker image's repository
+    /// with `-python` appended, same tag.
+    #[arg(long, env = "GRANARY_WORKER_PYTHON_IMAGE")]
+    pub worker_python_image: Option<String>,
     /// `imagePullPolicy` of the worker pods.
     #[arg(long, env = "GRANARY_WORKER_IMAGE_PULL_POLICY")]
     pub worker_image_pull_policy: Option<String>,
@@ -100,6 +105,7 @@ impl OperatorArgs {
                     resources,
                     env_secret: some(&self.worker_env_secret),
                     dispatcher,
+                    python_image: some(&self.worker_python_image),
                 },
                 policy_period,
                 status_period: Duration::from_secs(10),

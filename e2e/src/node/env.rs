@@ -21,10 +21,14 @@ pub struct Sources {
 }
 
 impl Sources {
-    /// Reads every Secret and ConfigMap that `pod`'s containers name in `envFrom` or `env`.
+    /// Reads every Secret and ConfigMap that `pod`'s containers name in `envFrom` or `env`, and
+    /// every ConfigMap of its `configMap` volumes.
     pub async fn fetch(client: &Client, pod: &Pod) -> anyhow::Result<Self> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let (mut secret_names, mut map_names) = (BTreeSet::new(), BTreeSet::new());
+        for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            map_names.extend(volume.config_map.as_ref().map(|c| c.name.clone()));
+        }
         for c in pod.spec.iter().flat_map(|s| &s.containers) {
             for from in c.env_from.iter().flatten() {
                 secret_names.extend(from.secret_ref.as_ref().map(|r| r.name.clone()));

@@ -6,6 +6,7 @@
 use super::env::{Sources, container_env};
 use super::expand::expand;
 use super::ports::PortMap;
+use super::volumes::Mounts;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,48 +40,68 @@ pub fn program_and_args(command: &[String], args: &[String], granary_bin: &Path)
     }
 }
 
-/// What a process gets before the container's own variables: `PATH` and `GRANARY_LOG` from the
-/// agent (`path`, `granary_log`), `HOME` and `TMPDIR` set to the pod's tmp dir, `HOSTNAME`, and
-/// `NO_COLOR` (the output goes to a log file, as a container runtime's would).
+/// The agent's own variables its processes inherit, standing for what an image's environment
+/// would set: `PATH`, the log level `GRANARY_LOG`, and the Python of `python.map` stages
+/// (`GRANARY_PYTHON`, else `VIRTUAL_ENV`'s, as `granary worker` looks for it). A container's own
+/// `env` overrides them.
+pub const INHERITED: [&str; 4] = ["PATH", "GRANARY_LOG", "GRANARY_PYTHON", "VIRTUAL_ENV"];
+
+/// The [`INHERITED`] variables the agent has (set and not empty).
+pub fn inherited_env() -> BTreeMap<String, String> {
+    INHERITED
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok().filter(|v| !v.is_empty())?)))
+        .collect()
+}
+
+/// What a process gets before the container's own variables: `inherited` (the [`INHERITED`]
+/// variables of the agent; `PATH` defaults to the usual folders), `HOME` and `TMPDIR` set to the
+/// pod's tmp dir, `HOSTNAME`, and `NO_COLOR` (the output goes to a log file, as a container
+/// runtime's would).
 pub fn base_env(
-    path: Option<&str>,
-    granary_log: Option<&str>,
+    inherited: &BTreeMap<String, String>,
     tmp: &Path,
     hostname: &str,
 ) -> BTreeMap<String, String> {
     let tmp = tmp.to_string_lossy().into_owned();
-    let mut env = BTreeMap::from([
-        ("PATH".to_string(), path.unwrap_or(DEFAULT_PATH).to_string()),
+    let mut env: BTreeMap<String, String> = inherited
+        .iter()
+        .filter(|(k, _)| INHERITED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.to_string());
+    env.extend([
         ("HOME".to_string(), tmp.clone()),
         ("TMPDIR".to_string(), tmp),
         ("HOSTNAME".to_string(), hostname.to_string()),
         ("NO_COLOR".to_string(), "1".to_string()),
     ]);
-    if let Some(level) = granary_log {
-        env.insert("GRANARY_LOG".into(), level.into());
-    }
     env
 }
 
 /// The process for `container` of `pod`: its env built the Kubernetes way, `$(VAR)` expanded in
-/// command and args, then every argument and env value rewritten through `ports`. `base` is the
-/// environment under the container's own. An error is a configuration problem of the pod.
+/// command and args, then every argument and env value rewritten through `ports` and `mounts`
+/// (the program too through `mounts`). `base` is the environment under the container's own. An
+/// error is a configuration problem of the pod.
 pub fn launch(
     pod: &Pod,
     container: &Container,
     sources: &Sources,
     ports: &PortMap,
+    mounts: &Mounts,
     granary_bin: &Path,
     base: BTreeMap<String, String>,
 ) -> Result<Launch, String> {
     let own = container_env(pod, container, sources)?;
     let lookup = |name: &str| own.get(name).map(String::as_str);
-    let command: Vec<String> = container.command.iter().flatten().map(|c| expand(c, lookup)).collect();
+    let command: Vec<String> =
+        container.command.iter().flatten().map(|c| mounts.rewrite(&expand(c, lookup))).collect();
     let args: Vec<String> = container.args.iter().flatten().map(|a| expand(a, lookup)).collect();
     let (program, args) = program_and_args(&command, &args, granary_bin);
-    let args = args.iter().map(|a| ports.rewrite(a)).collect();
+    let rewrite = |value: &str| mounts.rewrite(&ports.rewrite(value));
+    let args = args.iter().map(|a| rewrite(a)).collect();
     let mut env = base;
-    env.extend(own.iter().map(|(k, v)| (k.clone(), ports.rewrite(v))));
+    env.extend(own.iter().map(|(k, v)| (k.clone(), rewrite(v))));
     Ok(Launch { program, args, env })
 }
 

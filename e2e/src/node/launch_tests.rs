@@ -1,5 +1,6 @@
 use super::*;
 use crate::node::env::field_value;
+use crate::node::volumes::Mounts;
 use serde_json::json;
 
 /// A pod like the operator's worker pods (see `operator/src/objects.rs`).
@@ -40,8 +41,11 @@ fn secret(name: &str, pairs: &[(&str, &str)]) -> Sources {
 fn the_worker_pod_runs_granary_bin_with_mapped_ports_and_expanded_env() {
     let pod = worker_pod();
     let c = &pod.spec.as_ref().unwrap().containers[0];
-    let base = base_env(Some("/bin"), Some("debug"), Path::new("/state/tmp"), "w-1");
-    let l = launch(&pod, c, &Sources::default(), &ports(), Path::new("/b/granary"), base).unwrap();
+    let agent =
+        BTreeMap::from([("PATH".to_string(), "/bin".to_string()), ("GRANARY_LOG".into(), "debug".into())]);
+    let base = base_env(&agent, Path::new("/state/tmp"), "w-1");
+    let l = launch(&pod, c, &Sources::default(), &ports(), &Mounts::default(), Path::new("/b/granary"), base)
+        .unwrap();
     assert_eq!(l.program, Path::new("/b/granary"));
     let args =
         ["worker", "--listen", "127.0.0.1:40001", "--pipeline", "ns/p", "--metrics-addr", "127.0.0.1:40002"];
@@ -53,6 +57,32 @@ fn the_worker_pod_runs_granary_bin_with_mapped_ports_and_expanded_env() {
     assert_eq!((l.env["HOME"].as_str(), l.env["TMPDIR"].as_str()), ("/state/tmp", "/state/tmp"));
     assert_eq!(l.env["NO_COLOR"], "1");
     assert_eq!(l.env.len(), 9);
+}
+
+#[test]
+fn the_agents_python_reaches_the_processes_unless_the_container_sets_its_own() {
+    let agent = BTreeMap::from([
+        ("GRANARY_PYTHON".to_string(), "/venv/bin/python".to_string()),
+        ("VIRTUAL_ENV".into(), "/venv".into()),
+        ("PYTHONPATH".into(), "/agent/only".into()),
+        ("SECRET_TOKEN".into(), "not inherited".into()),
+    ]);
+    let base = base_env(&agent, Path::new("/state/tmp"), "w-1");
+    assert_eq!(base["GRANARY_PYTHON"], "/venv/bin/python");
+    assert_eq!(base["VIRTUAL_ENV"], "/venv");
+    assert!(base["PATH"].contains("/usr/bin"), "PATH defaults to the usual folders: {base:?}");
+    assert!(!base.contains_key("PYTHONPATH") && !base.contains_key("SECRET_TOKEN"), "{base:?}");
+    let mut pod = worker_pod();
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.env
+        .get_or_insert_default()
+        .push(serde_json::from_value(json!({"name": "GRANARY_PYTHON", "value": "/img/python"})).unwrap());
+    let c = c.clone();
+    let l =
+        launch(&pod, &c, &Sources::default(), &ports(), &Mounts::default(), Path::new("/b/granary"), base)
+            .unwrap();
+    assert_eq!(l.env["GRANARY_PYTHON"], "/img/python", "the container's own env wins");
+    assert_eq!(l.env["VIRTUAL_ENV"], "/venv");
 }
 
 #[test]
@@ -87,7 +117,9 @@ fn env_from_comes_first_and_env_overrides_and_expands_in_order() {
     ])).unwrap());
     let c = c.clone();
     let sources = secret("creds", &[("TOKEN", "t"), ("k", "v"), ("1bad", "x")]);
-    let l = launch(&pod, &c, &sources, &ports(), Path::new("/b/granary"), BTreeMap::new()).unwrap();
+    let l =
+        launch(&pod, &c, &sources, &ports(), &Mounts::default(), Path::new("/b/granary"), BTreeMap::new())
+            .unwrap();
     assert_eq!(l.env["A"], "t-$(B)");
     assert_eq!(l.env["TOKEN"], "override");
     assert_eq!(l.env["KEY"], "v");

@@ -10,7 +10,16 @@
 //!   process. The image is ignored: a container without `command`, or whose `command[0]` is
 //!   named `granary`, runs the agent's `--granary-bin`; any other command runs as given
 //!   ([`launch`]). The environment is built as Kubernetes builds it, `envFrom` and `env` with
-//!   `$(VAR)` expansion, `fieldRef`s, and Secret/ConfigMap keys read from the API ([`env`]).
+//!   `$(VAR)` expansion, `fieldRef`s, and Secret/ConfigMap keys read from the API ([`env`]), over
+//!   what stands for the image's environment: the agent's own `PATH`, `GRANARY_LOG`,
+//!   `GRANARY_PYTHON` and `VIRTUAL_ENV` ([`launch::INHERITED`]), so `python.map` stages run with
+//!   the Python the agent was started with (scripts/test exports `GRANARY_PYTHON`, a venv with
+//!   NumPy, before e2e/cluster/up starts the agent).
+//! - **ConfigMap volumes**: each `configMap` volume a container mounts is written out as files
+//!   under the pod's directory, and its `mountPath` is mapped to that folder in the command, args
+//!   and env values: a value (or `:`-separated element) equal to the `mountPath` or under it
+//!   names the host folder instead ([`volumes`]). So `PYTHONPATH=/etc/granary/python` finds the
+//!   modules of the ConfigMap mounted there.
 //! - **Loopback ports**: all pods share 127.0.0.1, so each declared `containerPort` of a pod is
 //!   given a free host port, and the pod's args and env values are rewritten: `0.0.0.0` becomes
 //!   `127.0.0.1` and `:<containerPort>` becomes `:<hostPort>` ([`ports`]). A pod thus sees its
@@ -30,14 +39,16 @@
 //!   processes they started themselves (e.g. a `sh -c` pipeline's children).
 //!
 //! Each pod lives in `<state-dir>/pods/<namespace>_<name>_<uid prefix>/`: the working directory of
-//! its processes, `tmp/` (their `HOME` and `TMPDIR`, standing for an `emptyDir` at /tmp), and one
-//! `<container>.log` per container with its stdout and stderr.
+//! its processes, `tmp/` (their `HOME` and `TMPDIR`, standing for an `emptyDir` at /tmp),
+//! `volumes/<volume>/` (its ConfigMap volumes' files), and one `<container>.log` per container
+//! with its stdout and stderr.
 //!
 //! Not supported: init and ephemeral containers (the pod fails with reason `Unsupported`), exec
 //! and HTTPS probes (the container never becomes ready, and its status says so), liveness and
-//! startup probes (ignored), volumes other than the pod's tmp dir, resource limits, and
-//! `securityContext`: processes run as the agent's own user. Bare port numbers in args (`--port
-//! 7071`) are not remapped.
+//! startup probes (ignored), volumes other than ConfigMaps and the pod's tmp dir (their mounts
+//! are ignored), a ConfigMap's `binaryData`, resource limits, and `securityContext`: processes
+//! run as the agent's own user. Bare port numbers in args (`--port 7071`) are not remapped, and
+//! mapped mount paths are visible to a process only where it reads them from its args or env.
 
 pub mod agent;
 pub mod api;
@@ -51,6 +62,7 @@ pub mod probe;
 pub mod process;
 pub mod registration;
 pub mod status;
+pub mod volumes;
 
 use k8s_openapi::api::core::v1::Pod;
 use std::fmt::Arguments;

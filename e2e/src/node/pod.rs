@@ -4,10 +4,11 @@
 use super::api::{brief, remove_pod};
 use super::container::ContainerRt;
 use super::env::Sources;
-use super::launch::{base_env, launch};
+use super::launch::{base_env, inherited_env, launch};
 use super::ports::PortMap;
 use super::probe::Prober;
 use super::status::{Transitions, now, pod_status, status_patch};
+use super::volumes;
 use super::{Settings, Update, log};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -183,11 +184,15 @@ impl PodRt {
 
     fn start(&mut self, i: usize, sources: &Sources, policy: Option<&str>) {
         let name = self.pod.metadata.name.clone().unwrap_or_default();
-        let path = std::env::var("PATH").ok();
-        let level = std::env::var("GRANARY_LOG").ok();
-        let base = base_env(path.as_deref(), level.as_deref(), &self.dir.join("tmp"), &name);
+        let base = base_env(&inherited_env(), &self.dir.join("tmp"), &name);
         let c = &mut self.containers[i];
-        match launch(&self.pod, &c.spec, sources, &self.ports, &self.settings.granary_bin, base) {
+        let mounts = volumes::plan(&self.pod, &c.spec, sources).and_then(|planned| {
+            volumes::materialize(&planned, &self.dir).map_err(|e| format!("writing the pod's volumes: {e}"))
+        });
+        let launched = mounts.and_then(|mounts| {
+            launch(&self.pod, &c.spec, sources, &self.ports, &mounts, &self.settings.granary_bin, base)
+        });
+        match launched {
             Ok(l) => {
                 let log_file = self.dir.join(format!("{}.log", c.spec.name));
                 c.start(&l, &self.dir, &log_file, policy);

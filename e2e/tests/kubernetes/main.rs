@@ -29,6 +29,7 @@
 //! workers on this host). Operator logs go to the test's stderr.
 
 mod identity;
+mod python;
 mod running;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -83,7 +84,8 @@ async fn operator_leads_and_reports_ready() {
     run_test("ready", leads_and_reports_ready).await;
 }
 
-/// Every `examples/*.yaml` becomes a worker Deployment and Service, a status and an Event.
+/// Every `examples/*.yaml` becomes a worker Deployment and Service, a status and an Event; the
+/// manifests of `examples/python-stage/` are admitted as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_reconcile_into_workers_status_and_events() {
     run_test("examples", examples_reconcile).await;
@@ -124,6 +126,13 @@ async fn workers_run_and_are_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_runs_scales_and_stops_on_a_node() {
     run_test("loop", running::whole_loop).await;
+}
+
+/// A `python.map` stage whose code is a ConfigMap (`spec.python.configMap`) runs in the worker
+/// pod: a trainer receives every element as the function returned it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_stage_from_a_config_map_runs_on_a_node() {
+    run_test("python", python::config_map_stage).await;
 }
 
 /// Without `patch` on `deployments/scale`, the failure is reported in status and an Event.
@@ -232,7 +241,9 @@ async fn examples_reconcile(c: Cluster) -> Result<()> {
         })
         .await?;
     }
-    Ok(())
+    // examples/python-stage (a ConfigMap and pipelines whose source is an object store this
+    // cluster cannot reach): admitted as they are, by a server-side dry run.
+    python::python_stage_examples_are_admitted(&c).await
 }
 
 /// Fixed 3, fixed 2, then auto 3..4 on one pipeline, and a new auto 2..4 one, read through the

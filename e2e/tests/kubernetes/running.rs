@@ -52,7 +52,7 @@ async fn live_workers(c: &Cluster, name: &str) -> Result<Vec<u32>> {
 
 /// Waits until exactly `n` worker processes of `name` run Ready, the Deployment counts them and
 /// the pipeline's status reads `n/n`.
-async fn wait_workers_running(c: &Cluster, name: &str, n: usize) -> Result<Vec<u32>> {
+pub async fn wait_workers_running(c: &Cluster, name: &str, n: usize) -> Result<Vec<u32>> {
     wait_for(SCALE_DEADLINE, format!("{n} worker processes of {name} running and counted"), async || {
         let pids = live_workers(c, name).await?;
         ensure!(pids.len() == n, "{} running: {pids:?}; pods: {}", pids.len(), c.describe_pods(name).await);
