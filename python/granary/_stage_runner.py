@@ -88,13 +88,24 @@ class SetupError(Exception):
 class Connection:
     def __init__(self, fd):
         self.sock = socket.socket(fileno=fd)
-        self.head = bytearray(4)
+        self.buffer = bytearray(1 << 16)
 
     def recv(self):
-        self._fill(memoryview(self.head))
-        (n,) = U32.unpack(self.head)
-        body = bytearray(n)
-        self._fill(memoryview(body))
+        """One frame's body. A frame (field descriptors, not data) usually arrives whole, in one
+        read; a longer one is read to its end."""
+        view = memoryview(self.buffer)
+        got = 0
+        while got < 4:
+            n = self.sock.recv_into(view[got:])
+            if n == 0:
+                raise EOFError
+            got += n
+        (size,) = U32.unpack_from(self.buffer, 0)
+        if 4 + size <= got:
+            return self.buffer[4 : 4 + size]
+        body = bytearray(size)
+        body[: got - 4] = self.buffer[4:got]
+        self._fill(memoryview(body)[got - 4 :])
         return body
 
     def _fill(self, view):

@@ -56,6 +56,25 @@ impl Tensor {
         Tensor::new(shape, data)
     }
 
+    /// Replaces the elements with `raw` (little-endian, as many bytes as the tensor holds) and
+    /// the shape with `shape`, keeping the storage; `false` (and nothing changed) when the sizes
+    /// do not match.
+    pub fn overwrite_le_bytes(&mut self, shape: Vec<usize>, raw: &[u8]) -> bool {
+        let count = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
+        if count != Some(self.len()) || raw.len() != self.nbytes() {
+            return false;
+        }
+        match &mut self.data {
+            TensorData::U8(v) => v.copy_from_slice(raw),
+            TensorData::I32(v) => bytemuck::cast_slice_mut::<i32, u8>(v).copy_from_slice(raw),
+            TensorData::I64(v) => bytemuck::cast_slice_mut::<i64, u8>(v).copy_from_slice(raw),
+            TensorData::F32(v) => bytemuck::cast_slice_mut::<f32, u8>(v).copy_from_slice(raw),
+            TensorData::F64(v) => bytemuck::cast_slice_mut::<f64, u8>(v).copy_from_slice(raw),
+        }
+        self.shape = shape;
+        true
+    }
+
     /// A scalar `int64`.
     pub fn scalar_i64(v: i64) -> Tensor {
         Tensor { shape: Vec::new(), data: TensorData::I64(vec![v]) }

@@ -106,6 +106,7 @@ pub struct Runner {
     socket: UnixStream,
     shm: Shared,
     frame: Vec<u8>,
+    outgoing: Vec<u8>,
     reply: Vec<u8>,
 }
 
@@ -169,7 +170,8 @@ impl Runner {
             // A runner that died at once shows in the answer below.
             let _ = stdin.write_all(SOURCE.as_bytes());
         }
-        let mut runner = Runner { child, socket, shm, frame: Vec::new(), reply: Vec::new() };
+        let mut runner =
+            Runner { child, socket, shm, frame: Vec::new(), outgoing: Vec::new(), reply: Vec::new() };
         super::cpu::track(runner.pid());
         let setup = serde_json::to_vec(setup).map_err(|e| fail(e.to_string()))?;
         let _ = runner.socket.set_read_timeout(Some(IMPORT_TIMEOUT));
@@ -247,11 +249,18 @@ impl Runner {
         self.frame.get(at..at + 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     }
 
+    /// Sends one frame: its length and body in one write (`body` is the frame buffer's, or the
+    /// setup's).
     fn send(&mut self, body: &[u8]) -> std::io::Result<()> {
         let len = u32::try_from(body.len())
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame too large"))?;
-        self.socket.write_all(&len.to_le_bytes())?;
-        self.socket.write_all(body)
+        let mut out = std::mem::take(&mut self.outgoing);
+        out.clear();
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(body);
+        let sent = self.socket.write_all(&out);
+        self.outgoing = out;
+        sent
     }
 
     fn receive(&mut self) -> std::io::Result<&[u8]> {
