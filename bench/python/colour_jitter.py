@@ -8,7 +8,7 @@ order (brightness, contrast, saturation; no hue), on a height × width × 3 uint
 is drawn uniformly from [1 - s, 1 + s] with `rng`, the image is blended as torchvision does
 (brightness with black, contrast with the mean of the grey image, saturation with the grey
 image), clamped to [0, 255] after each step, and truncated back to uint8. The arithmetic is
-float32, in place in one working copy (about 0.3 ms for a 224 × 224 image on one core).
+float32, in place in one working copy (about 0.4 ms for a 224 × 224 image on one core here).
 
 The other functions are the benchmark's controls: `identity` (what crossing into Python and back
 costs) and `burn` (a fixed amount of pure-Python work per element, for the 1 → 2 core scaling).
