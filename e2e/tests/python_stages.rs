@@ -111,9 +111,9 @@ fn a_deterministic_function_is_cached_once_and_read_after() {
     );
 }
 
-#[test]
-fn a_crashing_function_fails_the_pipeline_after_three_attempts() {
-    let data = dataset_with(16, 4, 8, 1, "    - {op: python.map, function: 'augment:crash'}\n");
+/// `granary run` of a dataset with `stage`, which must fail; its standard error.
+fn failing_run(stage: &str) -> String {
+    let data = dataset_with(16, 4, 8, 1, stage);
     with_functions(&data.manifest);
     let output = Command::new(granary_bin())
         .arg("run")
@@ -123,28 +123,22 @@ fn a_crashing_function_fails_the_pipeline_after_three_attempts() {
         .stderr(Stdio::piped())
         .output()
         .expect("granary run starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("failed 3 times"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_crashing_function_fails_the_pipeline_after_three_attempts() {
+    let stderr = failing_run("    - {op: python.map, function: 'augment:crash'}\n");
     assert!(stderr.contains("`augment:crash` died"), "{stderr}");
     assert!(stderr.contains("SIGSEGV"), "{stderr}");
 }
 
 #[test]
 fn a_function_that_does_not_import_fails_the_pipeline_with_the_reason() {
-    let data = dataset_with(16, 4, 8, 1, "    - {op: python.map, function: 'augment:missing'}\n");
-    with_functions(&data.manifest);
-    let output = Command::new(granary_bin())
-        .arg("run")
-        .arg(&data.manifest)
-        .args(["--workers", "1", "--threads", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("granary run starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("failed 3 times"), "{stderr}");
+    let stderr = failing_run("    - {op: python.map, function: 'augment:missing'}\n");
     assert!(stderr.contains("spec.stages[3].function: `augment` ("), "{stderr}");
     assert!(stderr.contains("has no `missing`"), "{stderr}");
 }
