@@ -43,8 +43,12 @@
 #
 # Env: PEERS_DATA (default ~/.cache/granary-peers/data), PEERS_VENV (a Python with NumPy, torch
 # and torchvision; default ~/.cache/granary-peers/venv), PEERS_DIR (the peer benchmarks' folder,
-# holding peers/common.py and peers/torch_loader.py; required), GRANARY (the binary; default: release build), WARMUP (5), BATCHES
-# (30), ROUNDS (1).
+# holding peers/common.py and peers/torch_loader.py; required), GRANARY (the binary; default:
+# release build), WARMUP (5), BATCHES (30), ROUNDS (1).
+#
+# The whole script is one block, read before it runs: a checkout that rewrites this file during
+# a run (which takes minutes) cannot change what the run does.
+{
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DATA="${PEERS_DATA:-$HOME/.cache/granary-peers/data}"
@@ -196,3 +200,5 @@ for dtype in ("float32", "uint8"):
         out(ratio="granary_jitter_cost", config=dtype, value=round(1 - gj / gb, 3), builtin_items_per_s=gb,
             jitter_items_per_s=gj)
 EOF
+exit
+}
