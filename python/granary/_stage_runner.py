@@ -415,10 +415,10 @@ def main():
     while True:
         try:
             body = conn.recv()
-        except EOFError:
-            return
-        (stage,) = U16.unpack_from(body, 1)
-        conn.send(call(stages[stage], body, shared))
+            (stage,) = U16.unpack_from(body, 1)
+            conn.send(call(stages[stage], body, shared))
+        except (EOFError, ConnectionError):
+            return  # the worker is gone (it ended, or was killed): so is this runner
 
 
 if __name__ == "__main__":
