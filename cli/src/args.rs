@@ -23,10 +23,8 @@ pub struct RunArgs {
     /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
-    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
-    /// `python3` on PATH). It needs NumPy.
-    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
+    #[command(flatten)]
+    pub python: crate::args::PythonArg,
     /// Print one JSON summary line on stdout instead of the text summary.
     #[arg(long)]
     pub json: bool,
@@ -73,6 +71,16 @@ pub struct RunArgs {
     /// least recently used entries not in use are evicted beyond it.
     #[arg(long, value_name = "BYTES")]
     pub cache_max_bytes: Option<String>,
+}
+
+/// `--python PATH` (or `GRANARY_PYTHON`), shared by every command that runs or checks
+/// `python.map` stages.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct PythonArg {
+    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
+    /// `python3` on PATH). It needs NumPy.
+    #[arg(long = "python", env = "GRANARY_PYTHON", value_name = "PATH")]
+    pub path: Option<PathBuf>,
 }
 
 /// Engine options from `--threads` and `--prefetch-bytes`; a bad value is invalid input (exit

@@ -64,7 +64,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             limit_batches: None,
             threads: args.threads,
             prefetch_bytes: "512Mi".to_string(),
-            python: None,
+            python: crate::args::PythonArg::default(),
             json: true,
             digest: false,
             set: Vec::new(),

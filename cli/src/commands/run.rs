@@ -73,7 +73,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs a loaded manifest in this process with the options of `args` and returns the figures.
 pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
-    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
+    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
     let threads = options.threads;
     let engine = Engine::open(manifest, options)?;
     let epochs = args.epochs.unwrap_or(engine.spec().epochs);

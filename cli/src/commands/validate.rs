@@ -32,10 +32,8 @@ pub struct ValidateArgs {
     /// "message"}]}`.
     #[arg(long)]
     pub json: bool,
-    /// The Python interpreter that imports `python.map` functions to check them (default:
-    /// `$VIRTUAL_ENV/bin/python`, else `python3` on PATH).
-    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
+    #[command(flatten)]
+    pub python: crate::args::PythonArg,
 }
 
 /// One file's verdict, as `--json` prints it.
@@ -63,7 +61,7 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     for file in &args.files {
         let name = file.display().to_string();
         let mut notes = Vec::new();
-        let result = check(file, args.python.as_deref(), &mut notes);
+        let result = check(file, args.python.path.as_deref(), &mut notes);
         invalid |= result.is_err();
         // A failed write to stdout (a closed pipe) cannot be reported anywhere useful; the exit
         // status still tells.

@@ -4,7 +4,6 @@
 use anyhow::Context;
 use granary_worker::service::{WorkerConfig, serve};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,10 +28,8 @@ pub struct WorkerArgs {
     /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
-    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
-    /// `python3` on PATH). It needs NumPy.
-    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
+    #[command(flatten)]
+    pub python: crate::args::PythonArg,
     /// Apply a final `float32` `image.normalize` here and send `float32` tensors. By default the
     /// worker sends the `uint8` pixels (a quarter of the bytes) and the client applies it, with
     /// the same tables and so the same bits.
@@ -48,7 +45,8 @@ pub struct WorkerArgs {
 
 /// Runs `granary worker` until SIGTERM or Ctrl-C, then drains.
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
-    let mut engine = crate::args::engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
+    let mut engine =
+        crate::args::engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
     engine.defer_normalize = !args.normalize_on_worker;
     let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout).map_err(|_| {
         crate::exit::InvalidInput("--drain-timeout must be a number of seconds, 0 or more".to_string())

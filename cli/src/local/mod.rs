@@ -61,7 +61,7 @@ fn options(
     args: &RunArgs,
     listen: std::net::SocketAddr,
 ) -> anyhow::Result<service::ServiceOptions> {
-    engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
+    engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
     let cache_max_bytes = args
         .cache_max_bytes
         .as_deref()
@@ -75,7 +75,7 @@ fn options(
         sizing: sizing(manifest, args)?,
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
-        python: args.python.clone(),
+        python: args.python.path.clone(),
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: args.metrics_addr,
     })

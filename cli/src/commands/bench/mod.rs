@@ -36,10 +36,8 @@ pub struct BenchArgs {
     /// Memory budget for data in flight.
     #[arg(long, default_value = "512Mi")]
     pub prefetch_bytes: String,
-    /// The Python interpreter of `python.map` stages (default: `$VIRTUAL_ENV/bin/python`, else
-    /// `python3` on PATH). It needs NumPy.
-    #[arg(long, env = "GRANARY_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
+    #[command(flatten)]
+    pub python: crate::args::PythonArg,
     /// Measure the fast path only, without the baseline and decode-only runs.
     #[arg(long)]
     pub fast_only: bool,
@@ -120,7 +118,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.batches == 0 {
         return Err(crate::exit::InvalidInput("--batches must be at least 1".to_string()).into());
     }
-    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.as_deref())?;
+    let options = engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
 
     let fast_engine = Engine::open(&manifest, options.clone())?;
     let fused = fast_engine.stages().iter().any(|(path, _)| path.contains(".."));

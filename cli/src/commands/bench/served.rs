@@ -34,7 +34,7 @@ pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::R
         sizing: service::Sizing::Fixed(workers),
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
-        python: args.python.clone(),
+        python: args.python.path.clone(),
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: None,
         cache_max_bytes: None,
