@@ -66,6 +66,11 @@ struct Current {
     ready: VecDeque<Batch>,
     ready_slots: HashSet<u64>,
     delivered: SlotRanges,
+    /// Slots delivered before a resume, for slots a partial plan adds later.
+    resumed: SlotRanges,
+    /// Parts of slots a partial plan does not list yet, and their identities.
+    beyond: Vec<BatchPart>,
+    beyond_seen: HashSet<(u64, u64)>,
 }
 
 /// Parts and split ends that arrived for an epoch before it became current.
@@ -91,26 +96,12 @@ impl Assembler {
             ready: VecDeque::new(),
             ready_slots: HashSet::new(),
             delivered: SlotRanges::default(),
+            resumed: delivered.clone(),
+            beyond: Vec::new(),
+            beyond_seen: HashSet::new(),
             plan,
         };
-        for &(start, end) in delivered.ranges() {
-            for &slot in current.plan.slots.range(start..end).map(|(slot, _)| slot) {
-                current.delivered.insert(slot);
-            }
-        }
-        // A slot without parts (an empty batch of the last round) is complete from the start.
-        for (&slot, parts) in &current.plan.slots {
-            if parts.is_empty() && !current.delivered.contains(slot) {
-                current.ready.push_back(Batch {
-                    epoch,
-                    slot,
-                    keys: Vec::new(),
-                    tensors: Vec::new(),
-                    wire_bytes: 0,
-                });
-                current.ready_slots.insert(slot);
-            }
-        }
+        current.admit(0);
         self.current = Some(current);
         let held = self.held.remove(&epoch).unwrap_or_default();
         self.held.retain(|&later, _| later > epoch);
@@ -151,6 +142,32 @@ impl Assembler {
             self.duplicates += 1;
         }
         Ok(outcome)
+    }
+
+    /// Adds the slots of `more` to the current epoch's partial plan (the same epoch's plan from
+    /// the first slot not yet listed). Parts held for those slots are taken now.
+    pub(crate) fn extend_plan(&mut self, more: Plan) -> Result<Vec<ClientError>, ClientError> {
+        let Some(current) = self.current.as_mut() else { return Ok(Vec::new()) };
+        let first = current.plan.extend(more)?;
+        current.admit(first);
+        current.beyond_seen.clear();
+        let mut errors = Vec::new();
+        for part in std::mem::take(&mut current.beyond) {
+            if let Err(error) = self.accept(part) {
+                errors.push(error);
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Whether the current epoch's plan lists only the slots known so far.
+    pub(crate) fn plan_partial(&self) -> bool {
+        self.current.as_ref().is_some_and(|current| current.plan.partial)
+    }
+
+    /// Slots the current epoch's plan lists.
+    pub(crate) fn planned_slots(&self) -> u64 {
+        self.current.as_ref().map_or(0, |current| current.plan.len())
     }
 
     /// Every part of `split` in `epoch` was sent. True when the current epoch still lacks some
@@ -195,9 +212,11 @@ impl Assembler {
         Some(batch)
     }
 
-    /// Whether every slot of the current epoch was delivered.
+    /// Whether every slot of the current epoch was delivered (and the plan lists them all).
     pub(crate) fn epoch_finished(&self) -> bool {
-        self.current.as_ref().is_some_and(|current| current.delivered.count() == current.plan.len())
+        self.current
+            .as_ref()
+            .is_some_and(|current| !current.plan.partial && current.delivered.count() == current.plan.len())
     }
 
     /// The current epoch, once one was started.
@@ -223,6 +242,29 @@ impl Assembler {
 }
 
 impl Current {
+    /// Takes in the plan's slots from `first` on: those delivered before a resume are
+    /// delivered, and a slot without parts (an empty batch of the last round) is complete.
+    fn admit(&mut self, first: u64) {
+        let epoch = self.plan.epoch;
+        for &(start, end) in self.resumed.ranges() {
+            for &slot in self.plan.slots.range(start.max(first)..end.max(first)).map(|(slot, _)| slot) {
+                self.delivered.insert(slot);
+            }
+        }
+        for (&slot, parts) in self.plan.slots.range(first..) {
+            if parts.is_empty() && !self.delivered.contains(slot) {
+                self.ready.push_back(Batch {
+                    epoch,
+                    slot,
+                    keys: Vec::new(),
+                    tensors: Vec::new(),
+                    wire_bytes: 0,
+                });
+                self.ready_slots.insert(slot);
+            }
+        }
+    }
+
     /// A slot that is neither delivered nor complete.
     fn is_open(&self, slot: u64) -> bool {
         !self.delivered.contains(slot) && !self.ready_slots.contains(&slot)
@@ -230,6 +272,14 @@ impl Current {
 
     fn accept(&mut self, part: BatchPart) -> Result<Accepted, ClientError> {
         let (epoch, slot) = (part.epoch, part.slot);
+        if self.plan.partial && slot >= self.plan.len() {
+            // A slot the plan does not list yet: its parts wait for the plan to grow.
+            if !self.beyond_seen.insert((part.split, part.lo)) {
+                return Ok(Accepted::Duplicate);
+            }
+            self.beyond.push(part);
+            return Ok(Accepted::Held);
+        }
         let Some(plan_parts) = self.plan.slots.get(&slot) else { return Ok(Accepted::Unplanned) };
         let Some(index) = plan_parts.iter().position(|planned| {
             planned.split == part.split && planned.lo == part.lo && planned.hi == part.hi

@@ -38,6 +38,10 @@ const DRAIN_LIMIT: usize = 64;
 /// Without a new part for this long while batches are missing, the client asks for replays.
 const STALL_AFTER: Duration = Duration::from_secs(2);
 
+/// How often a partial plan (a pipeline that filters or packs) is extended while the client
+/// waits: the slots after it are known once the splits before them are counted.
+const PLAN_REFRESH: Duration = Duration::from_millis(50);
+
 /// Heartbeat interval when the dispatcher names none.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(500);
 
@@ -69,6 +73,8 @@ struct Clock {
     last_new_part: Instant,
     /// When the stall check last asked for replays.
     last_stall_replay: Option<Instant>,
+    /// When a partial plan was last extended.
+    last_plan_refresh: Option<Instant>,
 }
 
 /// The background tasks; worker streams belong to the heartbeat task.
@@ -159,7 +165,12 @@ impl Client {
             replays,
             next_plan: None,
             errors: VecDeque::new(),
-            clock: Clock { last_return: None, last_new_part: Instant::now(), last_stall_replay: None },
+            clock: Clock {
+                last_return: None,
+                last_new_part: Instant::now(),
+                last_stall_replay: None,
+                last_plan_refresh: None,
+            },
             finished: false,
             tasks: Some(tasks),
         };
@@ -205,7 +216,30 @@ impl Client {
                     }
                 }
             }
+            if self.assembler.plan_partial() {
+                self.extend_plan().await;
+            }
             self.wait(entered).await;
+        }
+    }
+
+    /// Asks for the slots a partial plan does not list yet, at most every [`PLAN_REFRESH`].
+    async fn extend_plan(&mut self) {
+        let now = Instant::now();
+        if self.clock.last_plan_refresh.is_some_and(|at| now < at + PLAN_REFRESH) {
+            return;
+        }
+        self.clock.last_plan_refresh = Some(now);
+        let Some(epoch) = self.assembler.epoch() else { return };
+        let from = self.assembler.planned_slots();
+        let fetch = dispatcher::fetch_plan_from(&mut self.dispatcher, &self.session, epoch, from);
+        match tokio::time::timeout(CALL_TIMEOUT, fetch).await {
+            Ok(Ok(more)) => match self.assembler.extend_plan(more) {
+                Ok(errors) => self.errors.extend(errors),
+                Err(error) => self.errors.push_back(error),
+            },
+            Ok(Err(error)) => tracing::debug!(epoch, %error, "extending the plan failed, retrying"),
+            Err(_) => tracing::debug!(epoch, "extending the plan timed out, retrying"),
         }
     }
 
@@ -290,14 +324,19 @@ impl Client {
 
     /// Waits for one stream message, or asks for replays when none new came for a while.
     async fn wait(&mut self, entered: Instant) {
-        let mut deadline = self.clock.last_new_part.max(entered) + STALL_AFTER;
+        let mut stall = self.clock.last_new_part.max(entered) + STALL_AFTER;
         if let Some(at) = self.clock.last_stall_replay {
-            deadline = deadline.max(at + STALL_AFTER);
+            stall = stall.max(at + STALL_AFTER);
         }
+        let deadline = match self.clock.last_plan_refresh {
+            Some(at) if self.assembler.plan_partial() => stall.min(at + PLAN_REFRESH),
+            _ => stall,
+        };
         match tokio::time::timeout_at(deadline.into(), self.events.recv()).await {
             Ok(Some(event)) => self.handle(event),
             Ok(None) => self.errors.push_back(ClientError::StreamsClosed),
-            Err(_) => self.stalled(),
+            Err(_) if Instant::now() >= stall => self.stalled(),
+            Err(_) => {}
         }
     }
 

@@ -46,12 +46,23 @@ pub(crate) async fn fetch_plan(
     session: &Session,
     epoch: u32,
 ) -> Result<Plan, ClientError> {
+    fetch_plan_from(dispatcher, session, epoch, 0).await
+}
+
+/// The consumer's plan for `epoch` from slot `from_slot` on (the rest of a partial plan).
+pub(crate) async fn fetch_plan_from(
+    dispatcher: &mut Dispatcher,
+    session: &Session,
+    epoch: u32,
+    from_slot: u64,
+) -> Result<Plan, ClientError> {
     let consumer = &session.consumer;
     let request = GetEpochPlanRequest {
         pipeline: consumer.pipeline.clone(),
         job: consumer.job.clone(),
         consumer_index: consumer.consumer_index,
         epoch,
+        from_slot,
     };
     let plan = dispatcher
         .get_epoch_plan(request)

@@ -26,6 +26,8 @@ pub(crate) struct Plan {
     pub(crate) slots: BTreeMap<u64, Vec<PlanPart>>,
     /// Slots with a part in each split.
     pub(crate) by_split: HashMap<u64, Vec<u64>>,
+    /// More slots follow: the pipeline's counts are learnt as its splits are computed.
+    pub(crate) partial: bool,
 }
 
 impl Plan {
@@ -40,12 +42,39 @@ impl Plan {
                 }
             }
         }
-        Plan { epoch, slots, by_split }
+        Plan { epoch, slots, by_split, partial: false }
+    }
+
+    /// Adds the slots of `more`, the same epoch's plan from slot [`Plan::len`] on; returns the
+    /// first new slot.
+    pub(crate) fn extend(&mut self, more: Plan) -> Result<u64, ClientError> {
+        let epoch = self.epoch;
+        let first = self.len();
+        if more.epoch != epoch {
+            let reason = format!("the dispatcher extended the plan with epoch {}'s", more.epoch);
+            return Err(ClientError::BadPlan { epoch, reason });
+        }
+        if let Some(&slot) = more.slots.keys().find(|&&slot| slot < first) {
+            let reason = format!("the dispatcher listed slot {slot} again when extending the plan");
+            return Err(ClientError::BadPlan { epoch, reason });
+        }
+        for (slot, parts) in more.slots {
+            for part in &parts {
+                let entry = self.by_split.entry(part.split).or_default();
+                if entry.last() != Some(&slot) {
+                    entry.push(slot);
+                }
+            }
+            self.slots.insert(slot, parts);
+        }
+        self.partial = more.partial;
+        Ok(first)
     }
 
     /// The plan the dispatcher sent for `epoch`, checked.
     pub(crate) fn from_proto(epoch: u32, plan: EpochPlan) -> Result<Plan, ClientError> {
         let bad = |reason: String| ClientError::BadPlan { epoch, reason };
+        let plan_partial = plan.partial;
         if plan.epoch != epoch {
             return Err(bad(format!("the dispatcher sent the plan of epoch {}", plan.epoch)));
         }
@@ -71,7 +100,9 @@ impl Plan {
                 return Err(bad(format!("slot {} is listed twice", slot.slot)));
             }
         }
-        Ok(Plan::new(epoch, slots))
+        let mut plan = Plan::new(epoch, slots);
+        plan.partial = plan_partial;
+        Ok(plan)
     }
 
     /// Number of slots.
@@ -96,6 +127,7 @@ mod tests {
             epoch: 2,
             slots: vec![slot(0, &[(5, 0, 4)]), slot(1, &[(5, 4, 6), (9, 0, 2)]), slot(2, &[(9, 2, 6)])],
             plan_fingerprint: 1,
+            partial: false,
         };
         let plan = Plan::from_proto(2, plan).unwrap();
         assert_eq!(plan.len(), 3);
@@ -105,11 +137,17 @@ mod tests {
 
     #[test]
     fn rejects_inconsistent_plans() {
-        let wrong_epoch = EpochPlan { epoch: 1, slots: vec![], plan_fingerprint: 0 };
+        let wrong_epoch = EpochPlan { epoch: 1, slots: vec![], plan_fingerprint: 0, partial: false };
         assert!(Plan::from_proto(2, wrong_epoch).is_err());
-        let twice = EpochPlan { epoch: 2, slots: vec![slot(0, &[]), slot(0, &[])], plan_fingerprint: 0 };
+        let twice = EpochPlan {
+            epoch: 2,
+            slots: vec![slot(0, &[]), slot(0, &[])],
+            plan_fingerprint: 0,
+            partial: false,
+        };
         assert!(Plan::from_proto(2, twice).is_err());
-        let reversed = EpochPlan { epoch: 2, slots: vec![slot(0, &[(1, 4, 2)])], plan_fingerprint: 0 };
+        let reversed =
+            EpochPlan { epoch: 2, slots: vec![slot(0, &[(1, 4, 2)])], plan_fingerprint: 0, partial: false };
         assert!(Plan::from_proto(2, reversed).is_err());
     }
 }

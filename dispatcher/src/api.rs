@@ -63,6 +63,10 @@ impl Dispatcher {
 /// Largest request the dispatcher accepts; its requests are small.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
+/// How long a worker waits before asking again for the parts of a split it counted while the
+/// splits before it in the epoch are still being computed: short, because it holds the output.
+const COUNT_RETRY_MS: u32 = 20;
+
 /// Refuses an empty required field, naming it.
 fn require(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
@@ -159,6 +163,21 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         require("worker_id", &req.worker_id)?;
         self.mutate(|s, _| s.complete(&req)).await?;
         Ok(Response::new(pb::CompleteSplitResponse {}))
+    }
+
+    async fn count_split(
+        &self,
+        request: Request<pb::CountSplitRequest>,
+    ) -> Result<Response<pb::CountSplitResponse>, Status> {
+        let req = request.into_inner();
+        require("worker_id", &req.worker_id)?;
+        let parts = self.mutate(|s, _| s.count_split(&req.worker_id, req.lease_id, req.elements)).await?;
+        Ok(Response::new(match parts {
+            Some(parts) => pb::CountSplitResponse { ready: true, parts, retry_after_ms: 0 },
+            None => {
+                pb::CountSplitResponse { ready: false, parts: Vec::new(), retry_after_ms: COUNT_RETRY_MS }
+            }
+        }))
     }
 
     async fn return_lease(

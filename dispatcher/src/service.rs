@@ -161,6 +161,7 @@ impl Dispatcher {
             manifest_json,
             base_dir: manifest.base_dir.display().to_string(),
             counts,
+            counts_known: granary_crds::validate::counts_known(&spec.stages),
             batch: u64::from(spec.batch.size.max(1)),
             epochs: spec.epochs,
             drop_remainder: spec.batch.drop_remainder,

@@ -121,6 +121,9 @@ impl Dispatcher for Stub {
         self.seen.lock().unwrap().completed.push(request.into_inner());
         Ok(Response::new(CompleteSplitResponse {}))
     }
+    async fn count_split(&self, _: Request<CountSplitRequest>) -> Reply<CountSplitResponse> {
+        Err(Status::unimplemented("the stub leases splits whose counts are known"))
+    }
     async fn return_lease(&self, request: Request<ReturnLeaseRequest>) -> Reply<ReturnLeaseResponse> {
         self.seen.lock().unwrap().returned.push(request.into_inner().lease_id);
         Ok(Response::new(ReturnLeaseResponse {}))
@@ -181,6 +184,8 @@ async fn start_stub(
         duration_ms: 4000,
         only_consumer: None,
         cache: None,
+        count_first: false,
+        listed: 16,
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen) };

@@ -193,3 +193,46 @@ fn bad_parts_are_errors_and_leave_the_slot_open() {
     assert!(matches!(assembler.accept(other), Err(ClientError::Assembly { slot: 1, .. })));
     assert_eq!(assembler.missing_splits(), vec![1, 2], "the failed slot is open again");
 }
+
+/// `plan`, marked partial: more slots follow.
+fn partial(epoch: u32, slots: &[SlotSpec<'_>]) -> Plan {
+    let mut plan = plan(epoch, slots);
+    plan.partial = true;
+    plan
+}
+
+#[test]
+fn a_partial_plan_holds_parts_of_later_slots_until_it_grows() {
+    let mut assembler = Assembler::new(1);
+    // Resumed with slot 2 already delivered, which the partial plan does not list yet.
+    let mut delivered = SlotRanges::default();
+    delivered.insert(2);
+    let start = assembler.start_epoch(partial(0, &[(0, &[(1, 0, 4)])]), &delivered);
+    assert!(start.errors.is_empty());
+    assert_eq!(assembler.accept(part(0, 0, 1, 0, 4)).unwrap(), Accepted::Completed);
+    assert_eq!(assembler.pop().unwrap().slot, 0);
+    // Every listed slot is delivered, but the epoch is not over: the plan is partial.
+    assert!(!assembler.epoch_finished());
+    // A part of slot 1, which the plan does not list yet, is held (once).
+    assert_eq!(assembler.accept(part(0, 1, 1, 4, 6)).unwrap(), Accepted::Held);
+    assert_eq!(assembler.accept(part(0, 1, 1, 4, 6)).unwrap(), Accepted::Duplicate);
+    // The plan grows by slots 1 and 2 and is complete: the held part is taken, slot 2 counts
+    // as delivered from the resume.
+    let more = plan(0, &[(1, &[(1, 4, 6), (2, 0, 2)]), (2, &[(2, 2, 6)])]);
+    assert!(assembler.extend_plan(more).unwrap().is_empty());
+    assert!(!assembler.plan_partial());
+    assert_eq!(assembler.planned_slots(), 3);
+    assert_eq!(assembler.accept(part(0, 2, 2, 2, 6)).unwrap(), Accepted::Duplicate);
+    assert_eq!(assembler.accept(part(0, 1, 2, 0, 2)).unwrap(), Accepted::Completed);
+    let batch = assembler.pop().unwrap();
+    assert_eq!((batch.slot, batch.keys.len()), (1, 4));
+    assert!(assembler.epoch_finished());
+}
+
+#[test]
+fn a_plan_extension_that_repeats_a_slot_is_refused() {
+    let mut assembler = Assembler::new(1);
+    assembler.start_epoch(partial(0, &[(0, &[(1, 0, 4)])]), &SlotRanges::default());
+    let again = plan(0, &[(0, &[(1, 0, 4)])]);
+    assert!(matches!(assembler.extend_plan(again), Err(ClientError::BadPlan { .. })));
+}

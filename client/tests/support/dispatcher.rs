@@ -101,6 +101,12 @@ impl Dispatcher for FakeDispatcher {
     ) -> Result<Response<CompleteSplitResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
+    async fn count_split(
+        &self,
+        _: Request<CountSplitRequest>,
+    ) -> Result<Response<CountSplitResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
     async fn return_lease(
         &self,
         _: Request<ReturnLeaseRequest>,
@@ -165,7 +171,7 @@ impl Dispatcher for FakeDispatcher {
                 parts: parts.iter().map(|&(split, lo, hi)| SlotPart { split, lo, hi }).collect(),
             })
             .collect();
-        Ok(Response::new(EpochPlan { epoch: request.epoch, slots, plan_fingerprint: 42 }))
+        Ok(Response::new(EpochPlan { epoch: request.epoch, slots, plan_fingerprint: 42, partial: false }))
     }
 
     async fn request_replay(

@@ -50,6 +50,7 @@ impl State {
         let f = &p.facts;
         let settings = PlanSettings {
             counts: f.counts.clone(),
+            counts_known: f.counts_known,
             batch: f.batch,
             consumers,
             mode,
@@ -288,18 +289,23 @@ impl State {
         let fingerprint = job.settings.fingerprint();
         let plan = &job.epoch(req.epoch).plan;
         let slots = plan
-            .consumer_slots(req.consumer_index)
+            .consumer_slots_from(req.consumer_index, req.from_slot)
             .into_iter()
-            .enumerate()
-            .map(|(slot, parts)| pb::Slot {
-                slot: slot as u64,
+            .zip(req.from_slot..)
+            .map(|(parts, slot)| pb::Slot {
+                slot,
                 parts: parts
                     .into_iter()
                     .map(|p| pb::SlotPart { split: p.split, lo: p.lo, hi: p.hi })
                     .collect(),
             })
             .collect();
-        Ok(pb::EpochPlan { epoch: req.epoch, slots, plan_fingerprint: fingerprint })
+        Ok(pb::EpochPlan {
+            epoch: req.epoch,
+            slots,
+            plan_fingerprint: fingerprint,
+            partial: !plan.is_complete(),
+        })
     }
 
     /// Queues replays of produced splits for one consumer; returns the splits queued.

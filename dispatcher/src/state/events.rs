@@ -46,6 +46,20 @@ pub enum Event {
         /// Split id.
         split: u64,
     },
+    /// A split of an epoch of a pipeline that filters or packs was computed: its output count,
+    /// which places the splits after it in the epoch's plan.
+    SplitCounted {
+        /// Pipeline name.
+        pipeline: String,
+        /// Job name.
+        job: String,
+        /// Epoch.
+        epoch: u32,
+        /// Split id.
+        split: u64,
+        /// Elements it yields.
+        elements: u64,
+    },
     /// The autocacher decided for a pipeline's generation.
     CacheDecided {
         /// Pipeline name.
@@ -115,6 +129,20 @@ impl State {
                     j.epoch(*epoch).status[*split as usize] = SplitStatus::Done;
                 }
             }
+            Event::SplitCounted { pipeline, job, epoch, split, elements } => {
+                let Some(p) = self.pipelines.get_mut(pipeline) else { return };
+                let epochs = p.facts.epochs;
+                if let Some(j) = p.jobs.get_mut(job)
+                    && *epoch < epochs
+                    && let Err(e) = j.epoch(*epoch).plan.learn(*split, *elements)
+                {
+                    tracing::warn!(
+                        "journal: split {split} of epoch {epoch} of `{pipeline}` counted {} and {}",
+                        e.first,
+                        e.now
+                    );
+                }
+            }
             Event::CacheDecided { pipeline, generation, decision, fingerprint, boundary, stage, epoch } => {
                 if let Some(p) = self.pipelines.get_mut(pipeline)
                     && p.generation == *generation
@@ -172,6 +200,19 @@ impl State {
                     consumers: j.settings.consumers,
                 });
                 for (epoch, state) in &j.epochs {
+                    if !j.settings.counts_known {
+                        for split in 0..j.settings.counts.len() as u64 {
+                            if let Some(elements) = state.plan.count(split) {
+                                out.push(Event::SplitCounted {
+                                    pipeline: name.clone(),
+                                    job: job.clone(),
+                                    epoch: *epoch,
+                                    split,
+                                    elements,
+                                });
+                            }
+                        }
+                    }
                     for (split, status) in state.status.iter().enumerate() {
                         if *status == SplitStatus::Done {
                             out.push(Event::SplitDone {

@@ -180,6 +180,7 @@ impl State {
     }
 
     fn next_work(&mut self, pipeline: &str, job_name: &str) -> Option<Replay> {
+        let window = count_window(self.workers.len());
         let p = self.pipelines.get_mut(pipeline)?;
         let epochs = p.facts.epochs;
         let job = p.jobs.get_mut(job_name)?;
@@ -198,6 +199,11 @@ impl State {
         let first = job.epochs.keys().next().copied().unwrap_or(0);
         for epoch in first..=limit {
             let state = job.epoch(epoch);
+            // Splits counted but not yet placeable are held by their workers: lease only so far
+            // past the first uncounted split (replays, above, are always handed out).
+            if state.cursor >= state.plan.counted_splits() + window {
+                continue;
+            }
             while state.cursor < state.plan.order().len() {
                 let split = state.plan.order()[state.cursor];
                 state.cursor += 1;
@@ -213,25 +219,29 @@ impl State {
         self.next_lease += 1;
         let id = self.next_lease;
         let lease_ms = self.timing.lease_ms;
-        let (generation, parts, elements) = match self.pipelines.get_mut(pipeline) {
+        // A split whose output count is not known yet is leased without parts: the worker
+        // counts it first (`CountSplit`) and gets its parts then.
+        let (generation, parts, elements, listed) = match self.pipelines.get_mut(pipeline) {
             Some(p) => {
                 let generation = p.generation;
                 let job = p.jobs.get_mut(job_name);
                 match job {
                     Some(job) => {
                         let consumers = job.settings.consumers;
-                        let elements = job.settings.counts.get(replay.split as usize).copied().unwrap_or(0);
+                        let listed = job.settings.counts.get(replay.split as usize).copied().unwrap_or(0);
                         let state = job.epoch(replay.epoch);
                         if replay.only.is_none() {
                             state.status[replay.split as usize] = SplitStatus::Leased(id);
                         }
-                        (generation, state.plan.parts_of_split(replay.split, consumers), elements)
+                        let elements = state.plan.count(replay.split).unwrap_or(0);
+                        (generation, state.plan.parts_of_split(replay.split, consumers), elements, listed)
                     }
-                    None => (generation, Vec::new(), 0),
+                    None => (generation, Some(Vec::new()), 0, 0),
                 }
             }
-            None => (0, Vec::new(), 0),
+            None => (0, Some(Vec::new()), 0, 0),
         };
+        let count_first = parts.is_none();
         let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
         self.count_splits(pipeline, |c| c.leased += 1);
         self.leases.insert(
@@ -256,14 +266,74 @@ impl State {
             epoch: replay.epoch,
             split: replay.split,
             elements,
-            parts: parts
-                .into_iter()
-                .map(|p| pb::Part { lo: p.lo, hi: p.hi, slot: p.slot, consumers: p.consumers })
-                .collect(),
+            parts: parts.unwrap_or_default().into_iter().map(part_message).collect(),
             duration_ms: lease_ms as u32,
             only_consumer: replay.only,
             cache: Some(cache),
+            count_first,
+            listed,
         }
+    }
+
+    /// A worker computed a leased split whose output count was unknown: the plan learns the
+    /// count, and the split's parts are returned once the plan can tell them (`None`: ask
+    /// again). A count that differs from one learnt before for the same split and epoch fails the
+    /// pipeline: its filters or packing do not decide the same way under the same seed.
+    pub fn count_split(
+        &mut self,
+        worker: &str,
+        lease: u64,
+        elements: u64,
+    ) -> Result<Option<Vec<pb::Part>>, DispatchError> {
+        let entry = match self.leases.get(&lease) {
+            Some(l) if l.worker == worker => l,
+            _ => {
+                return Err(DispatchError::NotFound(format!(
+                    "worker `{worker}` holds no lease {lease}; it was revoked"
+                )));
+            }
+        };
+        let (pipeline, job_name, replay) = (entry.pipeline.clone(), entry.job.clone(), entry.replay);
+        let p = self
+            .pipelines
+            .get_mut(&pipeline)
+            .ok_or_else(|| DispatchError::NotFound(format!("no pipeline `{pipeline}`")))?;
+        let epochs = p.facts.epochs;
+        let job = p.jobs.get_mut(&job_name).ok_or_else(|| {
+            DispatchError::NotFound(format!("pipeline `{pipeline}` has no job `{job_name}`"))
+        })?;
+        if replay.epoch >= epochs {
+            return Err(DispatchError::InvalidArgument(format!("epoch {} is past the last", replay.epoch)));
+        }
+        let consumers = job.settings.consumers;
+        let state = job.epoch(replay.epoch);
+        match state.plan.learn(replay.split, elements) {
+            Ok(true) => self.events.push(Event::SplitCounted {
+                pipeline: pipeline.clone(),
+                job: job_name,
+                epoch: replay.epoch,
+                split: replay.split,
+                elements,
+            }),
+            Ok(false) => {}
+            Err(mismatch) => {
+                let message = format!(
+                    "split {} of epoch {} yielded {} elements, and {} when it was computed before: a filter or \
+                     packing stage decided differently under the same seed (a `python.filter` that draws \
+                     randomness from anything but its `rng`?)",
+                    replay.split, replay.epoch, mismatch.now, mismatch.first
+                );
+                tracing::error!(pipeline = %pipeline, "{message}");
+                if p.failed.is_none() {
+                    p.failed = Some(message.clone());
+                }
+                return Err(DispatchError::FailedPrecondition(message));
+            }
+        }
+        Ok(state
+            .plan
+            .parts_of_split(replay.split, consumers)
+            .map(|parts| parts.into_iter().map(part_message).collect()))
     }
 
     /// A worker finished a split. Unknown leases (from before a restart) still count when they
@@ -300,13 +370,30 @@ impl State {
                 req.lease_id
             ))
         })?;
-        let expected = job.settings.counts.get(replay.split as usize).copied().ok_or_else(|| {
+        let listed = job.settings.counts.get(replay.split as usize).copied().ok_or_else(|| {
             DispatchError::InvalidArgument(format!(
                 "split {} does not exist; the source has {} splits",
                 replay.split,
                 job.settings.counts.len()
             ))
         })?;
+        // A split of a filtering pipeline was counted before it was routed; one that was not
+        // (a lease from before a restart) is counted now.
+        let expected = if job.settings.counts_known || replay.epoch >= p.facts.epochs {
+            listed
+        } else {
+            let state = job.epoch(replay.epoch);
+            if state.plan.learn(replay.split, req.elements) == Ok(true) {
+                self.events.push(Event::SplitCounted {
+                    pipeline: pipeline.clone(),
+                    job: job_name.clone(),
+                    epoch: replay.epoch,
+                    split: replay.split,
+                    elements: req.elements,
+                });
+            }
+            state.plan.count(replay.split).unwrap_or(req.elements)
+        };
         if req.elements != expected && p.failed.is_none() {
             let message = format!(
                 "split {} yielded {} elements but the plan expects {expected}: the source changed while the pipeline ran; register it again",
@@ -391,4 +478,16 @@ impl State {
             job.replays.push_front(l.replay);
         }
     }
+}
+
+/// The wire form of a planned part.
+fn part_message(p: crate::plan::Part) -> pb::Part {
+    pb::Part { lo: p.lo, hi: p.hi, slot: p.slot, consumers: p.consumers }
+}
+
+/// How many splits of an epoch past its first uncounted one may be leased, for pipelines whose
+/// counts are learnt: each worker holds its counted splits until the ones before them are
+/// counted, and this bounds that memory (a few splits a worker) without limiting parallelism.
+fn count_window(workers: usize) -> usize {
+    8 + 4 * workers
 }

@@ -64,8 +64,12 @@ pub struct PipelineFacts {
     pub manifest_json: String,
     /// Folder relative paths resolve from.
     pub base_dir: String,
-    /// Elements of each split.
+    /// Elements of each split, as listed.
     pub counts: Vec<u64>,
+    /// Whether each split's output count is its listed count (no stage filters or packs).
+    /// Journals written before the field existed had only such pipelines.
+    #[serde(default = "counts_known_default")]
+    pub counts_known: bool,
     /// Elements per batch.
     pub batch: u64,
     /// Epochs to run.
@@ -76,6 +80,10 @@ pub struct PipelineFacts {
     pub shuffle: bool,
     /// Pipeline seed.
     pub seed: u64,
+}
+
+fn counts_known_default() -> bool {
+    true
 }
 
 /// A split's progress in one epoch of one job.
@@ -507,3 +515,5 @@ pub(crate) fn check_name(field: &str, value: &str) -> Result<(), DispatchError> 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_counted;

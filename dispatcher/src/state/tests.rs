@@ -8,6 +8,7 @@ fn facts(counts: Vec<u64>, batch: u64, epochs: u32) -> PipelineFacts {
         manifest_json: "{}".into(),
         base_dir: "/".into(),
         counts,
+        counts_known: true,
         batch,
         epochs,
         drop_remainder: false,
@@ -66,6 +67,7 @@ fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
         order0,
         PlanSettings {
             counts: vec![10; 4],
+            counts_known: true,
             batch: 5,
             consumers: 1,
             mode: Mode::Distributed,

@@ -6,6 +6,7 @@
 //! with `NOT_FOUND` (a restarted dispatcher that forgot the worker) registers again with the same
 //! id and the leases held.
 
+use super::delivery::CountedSplit;
 use super::exposition::{Exposition, Totals};
 use super::leases::Leases;
 use super::metrics::{Counters, Inputs, Sampler};
@@ -14,9 +15,9 @@ use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::{EngineError, EngineOptions};
 use granary_proto::v1::dispatcher_client::DispatcherClient;
 use granary_proto::v1::{
-    CacheOutcome, CacheProfile, CompleteSplitRequest, GetPipelineRequest, Lease, LeaseSplitRequest,
-    RegisterWorkerRequest, ReportCacheProfileRequest, ReturnLeaseRequest, WorkerHeartbeatRequest,
-    WorkerHeartbeatResponse, WorkerMetrics,
+    CacheOutcome, CacheProfile, CompleteSplitRequest, CountSplitRequest, GetPipelineRequest, Lease,
+    LeaseSplitRequest, RegisterWorkerRequest, ReportCacheProfileRequest, ReturnLeaseRequest,
+    WorkerHeartbeatRequest, WorkerHeartbeatResponse, WorkerMetrics,
 };
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -565,6 +566,15 @@ impl Agent {
                 let agent = Arc::clone(self);
                 completions.spawn(async move { agent.complete(lease_id, elements, delivered, cache).await });
             }
+            Event::Counted(counted) => {
+                if let (Some(took), Some(exposition)) =
+                    (self.leases.produced(counted.lease_id()), &self.exposition)
+                {
+                    exposition.split_produced(took);
+                }
+                let agent = Arc::clone(self);
+                completions.spawn(async move { agent.count(counted).await });
+            }
             Event::Abandoned { lease_id } => {
                 self.leases.produced(lease_id);
             }
@@ -589,6 +599,51 @@ impl Agent {
                     completions.spawn(async move { agent.return_lease(id, error).await });
                 }
             }
+        }
+    }
+
+    /// Reports a held split's count until the dispatcher answers with its parts, then delivers it
+    /// on a blocking thread (queues wait for room). A lease revoked or unknown meanwhile ends it.
+    async fn count(&self, counted: CountedSplit) {
+        let id = counted.lease_id();
+        let mut backoff = Backoff::new();
+        let mut not_found = 0;
+        loop {
+            if counted.revoked() || self.leases.get(id).is_none() {
+                return counted.abandon();
+            }
+            let request =
+                CountSplitRequest { worker_id: self.worker_id(), lease_id: id, elements: counted.elements() };
+            let wait = match self.client().count_split(request).await {
+                Ok(response) => {
+                    let response = response.into_inner();
+                    if response.ready {
+                        let parts = response.parts;
+                        if let Err(e) = tokio::task::spawn_blocking(move || counted.deliver(parts)).await {
+                            tracing::error!(lease = id, "delivering a counted split failed: {e}");
+                        }
+                        return;
+                    }
+                    backoff.reset();
+                    Duration::from_millis(u64::from(response.retry_after_ms).clamp(5, 1_000))
+                }
+                Err(status)
+                    if retryable(&status)
+                        || (status.code() == Code::NotFound && not_found < COMPLETE_NOT_FOUND_ATTEMPTS) =>
+                {
+                    if status.code() == Code::NotFound {
+                        not_found += 1;
+                    }
+                    tracing::debug!(lease = id, code = ?status.code(), "CountSplit failed (retrying): {}", status.message());
+                    backoff.next()
+                }
+                Err(status) => {
+                    tracing::warn!(lease = id, code = ?status.code(), "CountSplit refused: {}", status.message());
+                    self.leases.release(id);
+                    return counted.abandon();
+                }
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 

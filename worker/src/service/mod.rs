@@ -16,6 +16,7 @@
 //! - [`exposition`]: the same figures for Prometheus, at `GET /metrics` on `metrics_addr`.
 
 mod agent;
+mod delivery;
 pub mod exposition;
 mod leases;
 mod metrics;

@@ -6,16 +6,16 @@
 //! tasks are fed to the execution, which yields outputs in task order: the thread pairs each
 //! split's outputs with the lease at the front.
 
+use super::delivery::{CountedSplit, Delivery, Job};
 use super::metrics::{Counters, StageSource};
-use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
-use super::router::{Routed, SplitRouter};
-use crate::cache::CacheOutcome;
+use super::queues::{Delivered, Queues};
+use super::router::SplitRouter;
 use crate::cache::profile::{Limits, Profiler};
 use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
 use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
-use granary_proto::v1::{self as pb, CacheMode, Lease, Normalize, PipelineInfo, SplitEnd};
+use granary_proto::v1::{self as pb, CacheMode, Lease, Normalize, PipelineInfo};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -36,6 +36,9 @@ pub enum Event {
         /// What the cache did for the split.
         cache: pb::CacheOutcome,
     },
+    /// A split whose output count was unknown when leased was computed and is held: report its
+    /// count, and deliver it by the parts the dispatcher answers with.
+    Counted(CountedSplit),
     /// A split whose lease was revoked finished computing; nothing was routed.
     Abandoned {
         /// The lease.
@@ -104,12 +107,6 @@ pub struct Sinks {
     pub events: mpsc::UnboundedSender<Event>,
 }
 
-/// A leased split on its way through the engine.
-struct Job {
-    lease: Lease,
-    revoked: Arc<AtomicBool>,
-}
-
 /// Where leases enter the thread: `None` once closed.
 struct Inputs {
     jobs: Sender<Job>,
@@ -163,9 +160,7 @@ impl Producer {
         let runner = Runner {
             pipeline: info.name.clone(),
             generation: info.generation,
-            batch_size: 1,
-            deferred: None,
-            sinks,
+            delivery: Arc::new(Delivery { sinks, deferred: None, batch_size: 1 }),
             inputs: Arc::clone(&inputs),
             stop: Arc::clone(&stop),
         };
@@ -191,7 +186,7 @@ impl Producer {
                     cuts,
                 };
                 if info_wants_profile {
-                    let events = runner.sinks.events.clone();
+                    let events = runner.delivery.sinks.events.clone();
                     if let Some(profiler) = engine.cache_profiler() {
                         profile_beside(profiler, &runner.pipeline, runner.generation, events);
                     } else if let Some(error) = engine.cache_error() {
@@ -205,7 +200,9 @@ impl Producer {
                     return;
                 }
                 let deferred = engine.deferred().map(|d| (d.field.clone(), normalize_message(d)));
-                let runner = Runner { batch_size: engine.batch_size(), deferred, ..runner };
+                let sinks = runner.delivery.sinks.clone();
+                let delivery = Arc::new(Delivery { sinks, deferred, batch_size: engine.batch_size() });
+                let runner = Runner { delivery, ..runner };
                 runner.run(execution, &jobs_rx);
                 // The execution is dropped first, then the engine and its runtime, here.
             })
@@ -268,7 +265,7 @@ impl Producer {
         }
         match mode {
             CacheMode::Write => CacheUse::Write { cut },
-            CacheMode::Read => CacheUse::Read { cut, elements: lease.elements },
+            CacheMode::Read => CacheUse::Read { cut, elements: lease.listed },
             CacheMode::Compute => CacheUse::Compute,
         }
     }
@@ -323,17 +320,22 @@ fn profile_beside(profiler: Profiler, pipeline: &str, generation: u64, events: m
 struct Runner {
     pipeline: String,
     generation: u64,
-    batch_size: usize,
-    /// The image field whose final normalization the consumers apply, and its parameters.
-    deferred: Option<(String, Normalize)>,
-    sinks: Sinks,
+    delivery: Arc<Delivery>,
     inputs: SharedInputs,
     stop: Arc<AtomicBool>,
 }
 
+/// Where the batches of the split being output go.
+enum Route {
+    /// Its parts are known: routed as they come.
+    Now(SplitRouter),
+    /// Its count is not known yet: held, by sequence, until the split is counted.
+    Held(Vec<(u64, crate::batch::Batch)>),
+}
+
 impl Runner {
     fn run(&self, mut execution: Execution, jobs: &Receiver<Job>) {
-        let mut current: Option<(Job, SplitRouter)> = None;
+        let mut current: Option<(Job, Route)> = None;
         loop {
             let output = execution.next();
             if self.stop.load(Ordering::Acquire) {
@@ -341,12 +343,13 @@ impl Runner {
             }
             let Some(output) = output else { return };
             match output {
-                Ok(Output::Batch { batch, .. }) => {
-                    self.sinks.counters.elements.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                Ok(Output::Batch { mut batch, .. }) => {
+                    let counters = &self.delivery.sinks.counters;
+                    counters.elements.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     if current.is_none() {
                         current = self.next_job(jobs);
                     }
-                    let Some((job, router)) = current.as_mut() else {
+                    let Some((job, route)) = current.as_mut() else {
                         return self.fail(None, jobs, "a batch came out of the engine with no lease for it");
                     };
                     let Some(origin) = batch.origin.filter(|o| o.split == job.lease.split) else {
@@ -356,12 +359,20 @@ impl Runner {
                     if job.revoked.load(Ordering::Acquire) {
                         continue;
                     }
-                    for routed in router.route(origin.sequence, batch) {
-                        self.push(job, routed);
+                    match route {
+                        Route::Now(router) => {
+                            for routed in router.route(origin.sequence, batch) {
+                                self.delivery.push(job, routed);
+                            }
+                        }
+                        Route::Held(batches) => {
+                            batch.permit = None;
+                            batches.push((origin.sequence, batch));
+                        }
                     }
                 }
                 Ok(Output::SplitDone { task, elements, cache }) => {
-                    let Some((job, router)) = current.take().or_else(|| self.next_job(jobs)) else {
+                    let Some((job, route)) = current.take().or_else(|| self.next_job(jobs)) else {
                         return self.fail(None, jobs, "a split ended in the engine with no lease for it");
                     };
                     if task.epoch != job.lease.epoch || task.split as u64 != job.lease.split {
@@ -371,7 +382,14 @@ impl Runner {
                             "the engine ended another split than the leased one",
                         );
                     }
-                    self.finish(job, router, elements, cache);
+                    match route {
+                        Route::Now(router) => self.delivery.finish(job, router, elements, cache),
+                        Route::Held(batches) => {
+                            let delivery = Arc::clone(&self.delivery);
+                            let counted = CountedSplit::new(job, batches, elements, cache, delivery);
+                            let _ = self.delivery.sinks.events.send(Event::Counted(counted));
+                        }
+                    }
                 }
                 Err(e) => {
                     // Outputs come in task order, so the failure belongs to the split being
@@ -384,100 +402,14 @@ impl Runner {
         }
     }
 
-    fn next_job(&self, jobs: &Receiver<Job>) -> Option<(Job, SplitRouter)> {
+    fn next_job(&self, jobs: &Receiver<Job>) -> Option<(Job, Route)> {
         let job = jobs.recv().ok()?;
-        let router = SplitRouter::new(&job.lease, self.batch_size);
-        Some((job, router))
-    }
-
-    fn key(lease: &Lease, consumer_index: u32) -> ConsumerKey {
-        ConsumerKey { pipeline: lease.pipeline.clone(), job: lease.job.clone(), consumer_index }
-    }
-
-    /// Queues a part for each of its consumers, waiting for room.
-    fn push(&self, job: &Job, routed: Routed) {
-        let Routed { consumers, mut part } = routed;
-        if let Some((field, normalize)) = &self.deferred {
-            for tensor in part.tensors.iter_mut().filter(|t| t.name == *field) {
-                tensor.normalize = Some(normalize.clone());
-            }
-        }
-        let last = consumers.len().saturating_sub(1);
-        let mut part = Some(part);
-        for (i, consumer) in consumers.into_iter().enumerate() {
-            let Some(message) = (if i == last { part.take() } else { part.clone() }) else { break };
-            let key = Self::key(&job.lease, consumer);
-            let (lo, hi) = (message.lo, message.hi);
-            match self.sinks.queues.push_part(&key, message, &job.revoked) {
-                Pushed::Queued => {}
-                Pushed::Gone => tracing::debug!(consumer = %key, lo, hi, "consumer gone; part dropped"),
-                Pushed::Cancelled => {
-                    tracing::debug!(lease = job.lease.lease_id, "lease revoked while waiting for room");
-                    return;
-                }
-                Pushed::Closed => return,
-            }
-        }
-    }
-
-    /// The split of `job` is complete: send what is left, then its ends.
-    fn finish(&self, job: Job, mut router: SplitRouter, elements: u64, cache: CacheOutcome) {
-        let lease = &job.lease;
-        if job.revoked.load(Ordering::Acquire) {
-            let _ = self.sinks.events.send(Event::Abandoned { lease_id: lease.lease_id });
-            return;
-        }
-        let finished = router.finish();
-        for routed in finished.routed {
-            self.push(&job, routed);
-        }
-        if elements != lease.elements {
-            tracing::error!(
-                pipeline = %lease.pipeline,
-                epoch = lease.epoch,
-                split = lease.split,
-                expected = lease.elements,
-                produced = elements,
-                "split {} of epoch {} produced {elements} elements but its lease expects {}; the source \
-                 changed since it was listed",
-                lease.split,
-                lease.epoch,
-                lease.elements,
-            );
-        }
-        if finished.incomplete > 0 {
-            tracing::warn!(
-                pipeline = %lease.pipeline,
-                epoch = lease.epoch,
-                split = lease.split,
-                parts = finished.incomplete,
-                "the split ended short; its incomplete parts were not sent"
-            );
-        }
-        let (token, delivered) = delivery();
-        if !job.revoked.load(Ordering::Acquire) {
-            for consumer in router.consumers() {
-                let end = SplitEnd { epoch: lease.epoch, split: lease.split };
-                self.sinks.queues.push_end(&Self::key(lease, consumer), end, token.clone());
-            }
-        }
-        drop(token);
-        self.sinks.counters.cache_bytes_read.fetch_add(cache.bytes_read, Ordering::Relaxed);
-        self.sinks.counters.cache_bytes_written.fetch_add(cache.bytes_written, Ordering::Relaxed);
-        self.sinks.counters.cache_recomputed.fetch_add(cache.recomputed, Ordering::Relaxed);
-        if cache.bad || cache.recomputed > 0 {
-            self.sinks.counters.cache_fallback_splits.fetch_add(1, Ordering::Relaxed);
-        }
-        let cache = pb::CacheOutcome {
-            bytes_read: cache.bytes_read,
-            bytes_written: cache.bytes_written,
-            written: cache.written,
-            bad: cache.bad,
-            problem: cache.problem.unwrap_or_default(),
-            recomputed: cache.recomputed,
+        let route = if job.lease.count_first {
+            Route::Held(Vec::new())
+        } else {
+            Route::Now(SplitRouter::new(&job.lease, self.delivery.batch_size))
         };
-        let _ =
-            self.sinks.events.send(Event::Produced { lease_id: lease.lease_id, elements, delivered, cache });
+        Some((job, route))
     }
 
     /// Closes the feed and reports every lease the engine will not produce.
@@ -491,7 +423,7 @@ impl Runner {
         lock(&self.inputs).take();
         let leases: Vec<u64> =
             current.into_iter().chain(jobs.try_iter()).map(|job| job.lease.lease_id).collect();
-        let _ = self.sinks.events.send(Event::Failed {
+        let _ = self.delivery.sinks.events.send(Event::Failed {
             pipeline: self.pipeline.clone(),
             generation: self.generation,
             leases,

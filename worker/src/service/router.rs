@@ -355,6 +355,8 @@ mod tests {
             duration_ms: 4000,
             only_consumer,
             cache: None,
+            count_first: false,
+            listed: 10,
         }
     }
 

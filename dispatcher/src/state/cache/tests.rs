@@ -26,6 +26,7 @@ fn facts(policy: &str, splits: usize, epochs: u32) -> PipelineFacts {
         manifest_json: manifest(policy),
         base_dir: "/".into(),
         counts: vec![10; splits],
+        counts_known: true,
         batch: 5,
         epochs,
         drop_remainder: false,
