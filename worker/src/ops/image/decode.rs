@@ -1,4 +1,4 @@
-//! `image.decode`: JPEG or PNG bytes → RGB `uint8` image of shape `[height, width, 3]`.
+//! `image.decode`: JPEG, PNG or WebP bytes → RGB `uint8` image of shape `[height, width, 3]`.
 
 use super::{MAX_PIXELS, MAX_SIDE, missing_field, rgb_value};
 use crate::element::{Element, Value};
@@ -7,12 +7,18 @@ use crate::seed::SeededRng;
 use granary_crds::ops::image::Decode;
 use image::codecs::jpeg::JpegDecoder;
 use image::codecs::png::PngDecoder;
+use image::codecs::webp::WebPDecoder;
 use image::{DynamicImage, ImageDecoder};
 use std::io::Cursor;
 
 const OP: &str = "image.decode";
 pub(super) const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+/// Whether `bytes` start like a WebP file: a RIFF container of form `WEBP`.
+fn is_webp(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP")
+}
 
 /// Decodes the encoded bytes in a field into an RGB `uint8` image, in place.
 #[derive(Clone, Debug)]
@@ -41,7 +47,7 @@ pub(super) fn encoded_bytes<'a>(element: &'a Element, field: &str) -> Result<&'a
         ))),
         Some(Value::Text(_)) => Err(OpError::new(format!(
             "`{OP}`: field `{field}` holds text, not encoded image bytes; set the \
-             stage's `field` to the field with the JPEG or PNG bytes"
+             stage's `field` to the field with the JPEG, PNG or WebP bytes"
         ))),
     }
 }
@@ -57,10 +63,11 @@ impl Operator for DecodeOp {
     }
 }
 
-/// Decodes JPEG or PNG `bytes` (told apart by their magic bytes) into RGB `uint8` pixels,
+/// Decodes JPEG, PNG or WebP `bytes` (told apart by their magic bytes) into RGB `uint8` pixels,
 /// returning `(height, width, pixels)`. Grayscale, alpha and 16-bit images are converted to
-/// 8-bit RGB (alpha is dropped, as PIL's `convert("RGB")` does). Images over [`MAX_SIDE`]
-/// pixels a side or [`MAX_PIXELS`] in all are refused before their pixels are allocated.
+/// 8-bit RGB (alpha is dropped, as PIL's `convert("RGB")` does). WebP may be lossy or lossless;
+/// of an animated WebP the first frame is decoded. Images over [`MAX_SIDE`] pixels a side or
+/// [`MAX_PIXELS`] in all are refused before their pixels are allocated.
 ///
 /// The error says what is wrong with the bytes, phrased to follow "field `image` ".
 pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
@@ -72,13 +79,17 @@ pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
         let decoder = PngDecoder::new(Cursor::new(bytes))
             .map_err(|e| format!("holds a corrupt or unsupported PNG: {e}"))?;
         finish(decoder, "PNG")
+    } else if is_webp(bytes) {
+        let decoder = WebPDecoder::new(Cursor::new(bytes))
+            .map_err(|e| format!("holds a corrupt or unsupported WebP: {e}"))?;
+        finish(decoder, "WebP")
     } else if bytes.is_empty() {
-        Err("is empty (0 bytes), not a JPEG or PNG; drop empty samples from the source".into())
+        Err("is empty (0 bytes), not a JPEG, PNG or WebP; drop empty samples from the source".into())
     } else {
         let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
         Err(format!(
-            "is not a JPEG or PNG: its {} bytes start with {}{}; only JPEG and PNG can be \
-             decoded, so convert or drop such samples",
+            "is not a JPEG, PNG or WebP: its {} bytes start with {}{}; only JPEG, PNG and \
+             WebP can be decoded, so convert or drop such samples",
             bytes.len(),
             head.join(" "),
             other_format(bytes).map(|f| format!(" (looks like {f})")).unwrap_or_default(),
@@ -90,8 +101,6 @@ pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
 fn other_format(bytes: &[u8]) -> Option<&'static str> {
     if bytes.starts_with(b"GIF8") {
         Some("GIF")
-    } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP") {
-        Some("WebP")
     } else if bytes.starts_with(b"BM") {
         Some("BMP")
     } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
@@ -129,6 +138,7 @@ mod tests {
     use crate::tensor::{Tensor, TensorData};
     use image::codecs::jpeg::JpegEncoder;
     use image::codecs::png::PngEncoder;
+    use image::codecs::webp::WebPEncoder;
     use image::{ExtendedColorType, ImageEncoder};
 
     fn png(data: &[u8], w: u32, h: u32, color: ExtendedColorType) -> Vec<u8> {
@@ -217,13 +227,15 @@ mod tests {
     #[test]
     fn corrupt_and_foreign_bytes_are_errors() {
         let err = run(b"GIF89a\x01\x00\x01\x00".to_vec()).unwrap_err();
-        assert!(err.0.contains("not a JPEG or PNG") && err.0.contains("GIF"), "{err}");
+        assert!(err.0.contains("not a JPEG, PNG or WebP") && err.0.contains("GIF"), "{err}");
         let err = run(Vec::new()).unwrap_err();
         assert!(err.0.contains("empty"), "{err}");
         let err = run([JPEG_MAGIC, b"garbage garbage garbage"].concat()).unwrap_err();
         assert!(err.0.contains("corrupt or unsupported JPEG"), "{err}");
         let err = run([PNG_MAGIC, b"garbage garbage garbage"].concat()).unwrap_err();
         assert!(err.0.contains("corrupt or unsupported PNG"), "{err}");
+        let err = run(b"RIFF\x10\0\0\0WEBPVP8 garbage".to_vec()).unwrap_err();
+        assert!(err.0.contains("corrupt or unsupported WebP"), "{err}");
 
         // Truncated files: never a panic; PNG must fail, JPEG may decode what it has.
         let full = png(&pattern(40, 40), 40, 40, ExtendedColorType::Rgb8);
@@ -232,6 +244,31 @@ mod tests {
         for cut in [4, 20, 100, full.len() / 2] {
             let _ = run(full[..cut].to_vec());
         }
+    }
+
+    fn webp_lossless(data: &[u8], w: u32, h: u32, color: ExtendedColorType) -> Vec<u8> {
+        let mut out = Vec::new();
+        WebPEncoder::new_lossless(&mut out).write_image(data, w, h, color).unwrap();
+        out
+    }
+
+    #[test]
+    fn lossless_webp_decodes_exactly() {
+        let pixels = pattern(19, 13);
+        let e = run(webp_lossless(&pixels, 13, 19, ExtendedColorType::Rgb8)).unwrap();
+        let t = tensor(&e);
+        assert_eq!(t.shape, vec![19, 13, 3]);
+        assert_eq!(t.data, TensorData::U8(pixels));
+    }
+
+    #[test]
+    fn rgba_webp_drops_alpha_like_png() {
+        let rgba: Vec<u8> =
+            (0..5 * 4).flat_map(|i| [i as u8 * 9, 100 + i as u8, 7, 40 + (i * 10) as u8]).collect();
+        let webp = run(webp_lossless(&rgba, 5, 4, ExtendedColorType::Rgba8)).unwrap();
+        let png = run(png(&rgba, 5, 4, ExtendedColorType::Rgba8)).unwrap();
+        assert_eq!(tensor(&webp).shape, vec![4, 5, 3]);
+        assert_eq!(tensor(&webp), tensor(&png));
     }
 
     #[test]
