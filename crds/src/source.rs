@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
     {
         "rule": "self.format == 'files' || (!has(self.labels) && !has(self.filesPerSplit))",
         "message": "`labels` and `filesPerSplit` apply only to `format: files`"
+    },
+    {
+        "rule": "self.format == 'tfrecord' || !has(self.compression)",
+        "message": "`compression` applies only to `format: tfrecord`"
+    },
+    {
+        "rule": "self.format == 'csv' || !has(self.delimiter)",
+        "message": "`delimiter` applies only to `format: csv`"
     }
 ]))]
 pub struct SourceSpec {
@@ -20,7 +28,8 @@ pub struct SourceSpec {
     pub url: String,
     /// Layout of the data under `url`: `files` (one object per sample), `webdataset` (tar shards
     /// whose members are grouped by basename, e.g. `N.jpg` + `N.cls`), `jsonl` (one JSON object per
-    /// line) or `parquet` (one row per sample).
+    /// line), `parquet` (one row per sample), `tfrecord` (TFRecord files of `tf.train.Example`
+    /// records) or `csv` (a header row, then one row per sample).
     pub format: SourceFormat,
     /// Only for `format: files`: a URL, or a path relative to `url`, of a JSONL file of
     /// `{"file": ..., "label": ...}` records. Each `file` is relative to the labels file's own
@@ -34,6 +43,17 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub files_per_split: Option<u32>,
+    /// Only for `format: tfrecord`: `gzip` when the files are GZIP-compressed (TensorFlow's
+    /// `compression_type="GZIP"`), `none` when they are not. Unset: decided per file by its name,
+    /// GZIP when it ends in `.gz`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    /// Only for `format: csv`: the one ASCII character between fields, e.g. `;` or a tab
+    /// (`"\t"`). Defaults to `,` (a tab for `.tsv` files). Quoting follows RFC 4180 (`"`, doubled
+    /// inside a quoted field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1))]
+    pub delimiter: Option<String>,
 }
 
 /// Layout of the data under `spec.source.url`.
@@ -48,6 +68,39 @@ pub enum SourceFormat {
     Jsonl,
     /// Parquet files: one row per sample; a row group is a split.
     Parquet,
+    /// TFRecord files of `tf.train.Example` records, plain or GZIP-compressed (see
+    /// `compression`): one record per sample, each feature a field; a file is a split. Both CRCs
+    /// of every record are checked.
+    Tfrecord,
+    /// CSV files: a header row names the fields, then one row per sample; a file is a split.
+    /// Numbers become scalars as in `jsonl`, other cells text.
+    Csv,
+}
+
+impl SourceFormat {
+    /// The name a manifest gives the format (`files`, `tfrecord`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceFormat::Files => "files",
+            SourceFormat::Webdataset => "webdataset",
+            SourceFormat::Jsonl => "jsonl",
+            SourceFormat::Parquet => "parquet",
+            SourceFormat::Tfrecord => "tfrecord",
+            SourceFormat::Csv => "csv",
+        }
+    }
+}
+
+/// Only for `format: tfrecord`: `gzip` when the files are GZIP-compressed (TensorFlow's
+/// `compression_type="GZIP"`), `none` when they are not. Unset: decided per file by its name,
+/// GZIP when it ends in `.gz`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Plain TFRecord files.
+    None,
+    /// GZIP-compressed TFRecord files (TensorFlow's `compression_type="GZIP"`).
+    Gzip,
 }
 
 impl SourceSpec {
@@ -61,6 +114,56 @@ impl SourceSpec {
                 64usize.div_ceil(batch) * batch
             }
         }
+    }
+
+    /// Whether a `format: tfrecord` file named `name` is GZIP-compressed: as `compression` says,
+    /// or, when it is unset, when the name ends in `.gz`.
+    pub fn gzip(&self, name: &str) -> bool {
+        match self.compression {
+            Some(Compression::Gzip) => true,
+            Some(Compression::None) => false,
+            None => name.ends_with(".gz"),
+        }
+    }
+
+    /// The `format: csv` delimiter for a file named `name`: `delimiter`, else a tab for `.tsv`
+    /// files and `,` for others. A `delimiter` that is not one ASCII character (which
+    /// [`check_source_options`] refuses) falls back to the default.
+    pub fn csv_delimiter(&self, name: &str) -> u8 {
+        let default = if name.ends_with(".tsv") { b'\t' } else { b',' };
+        match self.delimiter.as_deref().map(str::as_bytes) {
+            Some([b]) if b.is_ascii() => *b,
+            _ => default,
+        }
+    }
+}
+
+/// Checks the format-specific options of `spec.source`: `compression` only with `tfrecord`, a
+/// `delimiter` only with `csv`, and one that can be a delimiter. Problems go to `problems`.
+pub fn check_source_options(source: &SourceSpec, problems: &mut Vec<crate::Problem>) {
+    let format = source.format.name();
+    if source.compression.is_some() && source.format != SourceFormat::Tfrecord {
+        problems.push(crate::Problem::new(
+            "spec.source.compression",
+            format!("applies only to `format: tfrecord`, but the format is `{format}`; remove it"),
+        ));
+    }
+    let Some(delimiter) = &source.delimiter else { return };
+    if source.format != SourceFormat::Csv {
+        problems.push(crate::Problem::new(
+            "spec.source.delimiter",
+            format!("applies only to `format: csv`, but the format is `{format}`; remove it"),
+        ));
+    }
+    let fits = matches!(delimiter.as_bytes(), [b] if b.is_ascii() && !matches!(b, b'"' | b'\r' | b'\n'));
+    if !fits {
+        problems.push(crate::Problem::new(
+            "spec.source.delimiter",
+            format!(
+                "is {delimiter:?}, but a delimiter is one ASCII character other than a quote or a line \
+                 break, e.g. \";\" or \"\\t\" (a tab); remove it for `,`"
+            ),
+        ));
     }
 }
 

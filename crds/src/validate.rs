@@ -59,6 +59,7 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
 
 fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
     crate::source::check_source_url(&source.url, problems);
+    crate::source::check_source_options(source, problems);
     if source.format != SourceFormat::Files {
         let format = format_name(source.format);
         if source.labels.is_some() {
@@ -97,6 +98,8 @@ fn format_name(format: SourceFormat) -> &'static str {
         SourceFormat::Webdataset => "webdataset",
         SourceFormat::Jsonl => "jsonl",
         SourceFormat::Parquet => "parquet",
+        SourceFormat::Tfrecord => "tfrecord",
+        SourceFormat::Csv => "csv",
     }
 }
 

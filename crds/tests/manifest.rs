@@ -115,7 +115,7 @@ fn unknown_field_inside_a_stage_names_the_field() {
 
 #[test]
 fn several_type_errors_are_all_reported() {
-    let text = GOOD.replace("size: 32", "size: -1").replace("format: files", "format: csv")
+    let text = GOOD.replace("size: 32", "size: -1").replace("format: files", "format: avro")
         + "  epochs: many\n  scaling:\n    policy: fxed\n";
     let p = problems(&text, &[]);
     for path in ["spec.batch.size", "spec.source.format", "spec.epochs", "spec.scaling.policy"] {

@@ -47,9 +47,12 @@ fn families_match_the_name_prefix() {
         assert!(info.name.starts_with(prefix), "{} is in {:?}", info.name, info.family);
     }
     let image = Family::Image.format_fit().unwrap();
-    assert_eq!(image.formats, [SourceFormat::Files, SourceFormat::Webdataset]);
+    assert_eq!(image.formats, [SourceFormat::Files, SourceFormat::Webdataset, SourceFormat::Tfrecord]);
     let table = Family::Table.format_fit().unwrap();
-    assert_eq!(table.formats, [SourceFormat::Jsonl, SourceFormat::Parquet]);
+    assert_eq!(
+        table.formats,
+        [SourceFormat::Jsonl, SourceFormat::Parquet, SourceFormat::Tfrecord, SourceFormat::Csv]
+    );
     assert!(Family::Text.format_fit().is_none() && Family::Test.format_fit().is_none());
 }
 

@@ -17,6 +17,8 @@ fn spec() -> InputPipelineSpec {
             format: SourceFormat::Files,
             labels: None,
             files_per_split: None,
+            compression: None,
+            delimiter: None,
         },
         stages: vec![
             stage("image.decode", serde_json::json!({})),

@@ -444,7 +444,7 @@ fn custom_resources_are_valid_for_their_crds_and_invalid_ones_are_caught() {
         ("misspelled-field", json!({"shufle": {"buffer": 8}}), "spec"),
         (
             "unknown-format",
-            json!({"source": {"url": "s3://bucket/data/", "format": "csv"}}),
+            json!({"source": {"url": "s3://bucket/data/", "format": "avro"}}),
             "spec.source.format",
         ),
         ("unknown-operator", json!({"stages": [{"op": "image.blur"}]}), "spec.stages.0.op"),

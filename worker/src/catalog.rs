@@ -1,6 +1,8 @@
 //! What the dispatcher plans an epoch with: the source's splits and how many elements each one
-//! yields. Files and Parquet row groups are counted from the listing; WebDataset shards and JSONL
-//! files are read once (without decoding) to count their samples or lines.
+//! yields. Files and Parquet row groups are counted from the listing; WebDataset shards and JSONL,
+//! TFRecord and CSV files are read once (without decoding images) to count their samples, lines,
+//! records or rows. Reading them checks them too: a corrupt TFRecord (a CRC that does not match)
+//! or a CSV row with a missing cell fails the listing, before any epoch starts.
 
 use crate::source::{Source, SourceError, Split, SplitKind};
 use granary_crds::InputPipelineSpec;
@@ -57,7 +59,7 @@ fn count(source: &Source, split: &Split, rt: &tokio::runtime::Handle) -> Result<
     match &split.kind {
         SplitKind::Files(files) => Ok(files.len() as u64),
         SplitKind::RowGroup { rows, .. } => Ok(*rows),
-        SplitKind::Shard(_) | SplitKind::Jsonl(_) => {
+        SplitKind::Shard(_) | SplitKind::Jsonl(_) | SplitKind::Tfrecord { .. } | SplitKind::Csv { .. } => {
             let mut n = 0u64;
             source.read_split(split, rt, &mut |_| {
                 n += 1;

@@ -35,12 +35,19 @@ impl Family {
     pub fn format_fit(self) -> Option<FormatFit> {
         match self {
             Family::Image => Some(FormatFit {
-                formats: &[SourceFormat::Files, SourceFormat::Webdataset],
-                needs: "image operators need encoded image bytes, which `files` and `webdataset` sources provide",
+                formats: &[SourceFormat::Files, SourceFormat::Webdataset, SourceFormat::Tfrecord],
+                needs: "image operators need encoded image bytes, which `files`, `webdataset` and `tfrecord` \
+                        sources provide",
             }),
             Family::Table => Some(FormatFit {
-                formats: &[SourceFormat::Jsonl, SourceFormat::Parquet],
-                needs: "table operators work on rows, which `jsonl` and `parquet` sources provide",
+                formats: &[
+                    SourceFormat::Jsonl,
+                    SourceFormat::Parquet,
+                    SourceFormat::Tfrecord,
+                    SourceFormat::Csv,
+                ],
+                needs: "table operators work on rows, which `jsonl`, `parquet`, `tfrecord` and `csv` sources \
+                        provide",
             }),
             Family::Text | Family::Test | Family::Python => None,
         }

@@ -1,10 +1,12 @@
 //! Sources: listing a dataset in object storage into splits, and streaming each split's records
 //! as elements. A split is the unit of work that is shuffled, assigned and replayed: a group of
-//! files, a WebDataset shard, a JSONL file, or a Parquet row group.
+//! files, a WebDataset shard, a JSONL, TFRecord or CSV file, or a Parquet row group.
 
+pub mod csv;
 pub mod files;
 pub mod jsonl;
 pub mod parquet;
+pub mod tfrecord;
 pub mod values;
 pub mod webdataset;
 
@@ -92,6 +94,20 @@ pub enum SplitKind {
         /// Rows in the group.
         rows: u64,
     },
+    /// One TFRecord file.
+    Tfrecord {
+        /// The file.
+        object: Object,
+        /// Whether it is GZIP-compressed.
+        gzip: bool,
+    },
+    /// One CSV file.
+    Csv {
+        /// The file.
+        object: Object,
+        /// The byte between cells.
+        delimiter: u8,
+    },
 }
 
 /// A unit of work: shuffled, assigned and replayed as a whole.
@@ -109,6 +125,7 @@ impl Split {
         match &self.kind {
             SplitKind::Files(files) => files.iter().map(|(o, _)| o.size).sum(),
             SplitKind::Shard(o) | SplitKind::Jsonl(o) => o.size,
+            SplitKind::Tfrecord { object, .. } | SplitKind::Csv { object, .. } => object.size,
             SplitKind::RowGroup { object, .. } => object.size,
         }
     }
@@ -141,6 +158,8 @@ impl Source {
                 one_per_object(&located, objects, &[".jsonl", ".ndjson"], "jsonl", SplitKind::Jsonl)?
             }
             SourceFormat::Parquet => parquet::splits(&located, objects).await?,
+            SourceFormat::Tfrecord => tfrecord::splits(&located, spec, objects)?,
+            SourceFormat::Csv => self::csv::splits(&located, spec, objects)?,
         };
         Ok(Source { located, format: spec.format, splits, identity })
     }
@@ -181,6 +200,12 @@ impl Source {
             SplitKind::Jsonl(object) => jsonl::read(store, &self.located.path, object, rt, emit),
             SplitKind::RowGroup { object, row_group, first_row, .. } => {
                 parquet::read(store, &self.located.path, object, *row_group, *first_row, rt, emit)
+            }
+            SplitKind::Tfrecord { object, gzip } => {
+                tfrecord::read(store, &self.located.path, object, *gzip, rt, emit)
+            }
+            SplitKind::Csv { object, delimiter } => {
+                self::csv::read(store, &self.located.path, object, *delimiter, rt, emit)
             }
         }
     }
