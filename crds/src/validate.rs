@@ -3,10 +3,12 @@
 //! [`validate`] checks what the types cannot: URLs, combinations of fields, ranges, each stage's
 //! own fields (through [`OpConfig::parse`]), the order of the stages (an image must be decoded
 //! before it is cropped, tokens exist only after tokenization), which operators fit which source
-//! format, and whether the cache point lies in the deterministic prefix.
+//! format, whether the cache point lies in the deterministic prefix, and whether each filter's
+//! predicate reads the kind of data its field holds at that point.
 
 pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
-use crate::ops::{Family, FormatFit, Kind, OpInfo, op_info, producer_of};
+use crate::ops::filter::TOKENS_FIELD;
+use crate::ops::{Count, Family, Filter, FormatFit, Kind, OpInfo, op_info, producer_of};
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
@@ -233,12 +235,15 @@ fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<
 
 /// Checks that each stage gets the kind of data its operator takes: pixels only after a decode of
 /// their field, nothing on an image field after the stage that finishes it, tokens only after a
-/// tokenizer.
+/// tokenizer, and each filter's predicate the kind it reads.
 fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
     // Per image field: the stage that decoded it and the one that finished it.
     let mut decoded: HashMap<String, usize> = HashMap::new();
     let mut finished: HashMap<String, usize> = HashMap::new();
     let mut tokenized: Option<usize> = None;
+    // Per text field: the stage that tokenized it (and removed it); the first that pads tokens.
+    let mut consumed: HashMap<String, usize> = HashMap::new();
+    let mut padded: Option<usize> = None;
     let mut reported_missing_decode: Vec<String> = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
         let op = stage.op.as_str();
@@ -247,6 +252,15 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
             return;
         };
         let path = format!("spec.stages[{i}]");
+        if info.family == Family::Filter {
+            // A stage that does not parse is reported already.
+            if let Ok(crate::OpConfig::Filter(filter)) = crate::OpConfig::parse(stage, &path) {
+                let seen =
+                    Seen { decoded: &decoded, finished: &finished, tokenized, consumed: &consumed, padded };
+                check_filter_input(stages, &filter, &path, &seen, problems);
+            }
+            continue;
+        }
         if info.family == Family::Image {
             let field = stage_field(stage, info);
             if let Some(n) = finished.get(&field) {
@@ -301,6 +315,123 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
             tokenized = Some(i);
         } else if info.output == Kind::Tokens {
             tokenized.get_or_insert(i);
+            if info.input == Kind::Text {
+                consumed.insert(stage_field(stage, info), i);
+            } else {
+                padded.get_or_insert(i);
+            }
+        }
+    }
+}
+
+/// What the stages before a filter did to the fields, as [`check_flow`] followed them.
+struct Seen<'a> {
+    /// Per image field: the stage that decoded it.
+    decoded: &'a HashMap<String, usize>,
+    /// Per image field: the stage that finished it (`image.normalize`).
+    finished: &'a HashMap<String, usize>,
+    /// The first stage that tokenizes.
+    tokenized: Option<usize>,
+    /// Per text field: the stage that tokenized it away.
+    consumed: &'a HashMap<String, usize>,
+    /// The first stage that truncates and pads the token ids.
+    padded: Option<usize>,
+}
+
+/// Checks that a filter's predicate reads the kind of data its field holds after the stages
+/// before it: decoded pixels for `image.min_size`, text for `unit: chars`, token ids for
+/// `unit: tokens`. Problems name the field whose change fixes them.
+fn check_filter_input(
+    stages: &[StageSpec],
+    filter: &Filter,
+    path: &str,
+    seen: &Seen<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    let Seen { decoded, finished, tokenized, consumed, padded } = *seen;
+    let field = filter.field();
+    // Where a wrong field is fixed: `field` when the stage names one, else the predicate that
+    // chose the default.
+    let field_path =
+        if filter.field.is_some() { format!("{path}.field") } else { format!("{path}.predicate") };
+    let op = |n: usize| stages.get(n).map_or("", |s| s.op.as_str());
+    match filter.input_kind() {
+        Kind::Pixels => {
+            let decoder = producer_of(Kind::Pixels).map(|p| p.name).unwrap_or_default();
+            if let Some(n) = finished.get(field) {
+                problems.push(Problem::new(
+                    field_path,
+                    format!(
+                        "`image.min_size` reads decoded pixels (height × width × 3), but field `{field}` is \
+                         finished by `{}` (spec.stages[{n}]) before it; move this filter before spec.stages[{n}]",
+                        op(*n)
+                    ),
+                ));
+            } else if !decoded.contains_key(field) {
+                problems.push(Problem::new(
+                    field_path,
+                    format!(
+                        "`image.min_size` reads decoded pixels, but no earlier stage decodes field `{field}`; \
+                         add `- op: {decoder}` (with `field: {field}` if not `image`) before it, or name the \
+                         image field in `field`"
+                    ),
+                ));
+            }
+        }
+        Kind::Tokens => {
+            let tokenizer = producer_of(Kind::Tokens).map(|p| p.name).unwrap_or_default();
+            if tokenized.is_none() {
+                problems.push(Problem::new(
+                    format!("{path}.unit"),
+                    format!(
+                        "`unit: tokens` counts the ids of a token field, but no earlier stage tokenizes; add a \
+                         `{tokenizer}` stage before it, or count characters with `unit: chars`"
+                    ),
+                ));
+            } else if let Some(n) = consumed.get(field) {
+                problems.push(Problem::new(
+                    format!("{path}.field"),
+                    format!(
+                        "field `{field}` is tokenized by spec.stages[{n}], which leaves its ids in `{TOKENS_FIELD}`; \
+                         set `field: {TOKENS_FIELD}` (or remove `field`)"
+                    ),
+                ));
+            } else if let Some(n) = padded.filter(|_| field == TOKENS_FIELD) {
+                problems.push(Problem::new(
+                    format!("{path}.op"),
+                    format!(
+                        "comes after `{}` (spec.stages[{n}]), which makes every `{field}` the same length, so \
+                         this filter would keep all elements or none; move it before spec.stages[{n}]",
+                        op(n)
+                    ),
+                ));
+            }
+        }
+        _ => {
+            if let Some(n) = decoded.get(field) {
+                problems.push(Problem::new(
+                    field_path,
+                    format!(
+                        "field `{field}` holds the pixels `{}` (spec.stages[{n}]) decoded, not text; name a text \
+                         field in `field`",
+                        op(*n)
+                    ),
+                ));
+            } else if let Some(n) = consumed.get(field) {
+                problems.push(Problem::new(
+                    format!("{path}.unit"),
+                    format!(
+                        "`unit: chars` counts the text of field `{field}`, which spec.stages[{n}] tokenizes before \
+                         this filter; count its tokens with `unit: tokens` (field `{TOKENS_FIELD}`), or move this \
+                         filter before spec.stages[{n}]"
+                    ),
+                ));
+            } else if tokenized.is_some() && field == TOKENS_FIELD {
+                problems.push(Problem::new(
+                    format!("{path}.unit"),
+                    format!("field `{field}` holds token ids, not text; count them with `unit: tokens`"),
+                ));
+            }
         }
     }
 }
@@ -413,12 +544,20 @@ fn check_cache(cache: &CacheSpec, stages: &[StageSpec], problems: &mut Vec<Probl
 }
 
 /// Index of the first stage outside the deterministic prefix (`stages.len()` when all are
-/// deterministic). Unknown operators end the prefix.
+/// deterministic). Unknown operators end the prefix, and so does the first stage that changes
+/// the element count (a filter, packing): a cache entry holds one split's elements as the
+/// listing counts them.
 pub fn deterministic_prefix_len(stages: &[StageSpec]) -> usize {
     stages
         .iter()
-        .position(|s| !op_info(&s.op).is_some_and(|i| i.deterministic_for(s)))
+        .position(|s| !op_info(&s.op).is_some_and(|i| i.deterministic_for(s) && i.count == Count::Same))
         .unwrap_or(stages.len())
+}
+
+/// Whether every split's output count is its listed element count: true when every stage gives
+/// one element for each it takes. Otherwise the counts are learnt as splits are computed.
+pub fn counts_known(stages: &[StageSpec]) -> bool {
+    stages.iter().all(|s| op_info(&s.op).is_none_or(|i| i.count == Count::Same))
 }
 
 fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {
@@ -454,9 +593,19 @@ fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {
                     "spec.cache.at",
                     format!(
                         "stage `{at}` (spec.stages[{j}]) is not in the deterministic prefix: spec.stages[{prefix}] \
-                         (`{}`) {}, so its output and everything after it differ between epochs; {choices}",
+                         (`{}`) {}; {choices}",
                         random.op,
-                        if op_info(&random.op).is_some() { "is random" } else { "is not a known operator" },
+                        match op_info(&random.op) {
+                            None => {
+                                "is not a known operator, so its output and everything after it differ between \
+                                 epochs"
+                            }
+                            Some(info) if info.count != Count::Same => {
+                                "changes the element count, and a cache entry holds every element of its split \
+                                 as listed"
+                            }
+                            Some(_) => "is random, so its output and everything after it differ between epochs",
+                        },
                     ),
                 ));
             }

@@ -12,7 +12,8 @@ fn fields(op: &str) -> serde_json::Value {
         "table.select" => serde_json::json!({"columns": ["a"]}),
         "table.cast" => serde_json::json!({"columns": {"a": "int64"}}),
         "test.sleep" => serde_json::json!({"ms": 1}),
-        "python.map" => serde_json::json!({"function": "augment:jitter"}),
+        "python.map" | "python.filter" => serde_json::json!({"function": "augment:jitter"}),
+        "filter" => serde_json::json!({"predicate": "text.length", "unit": "chars", "min": 1}),
         _ => serde_json::json!({}),
     }
 }
@@ -43,6 +44,7 @@ fn families_match_the_name_prefix() {
             Family::Table => "table.",
             Family::Test => "test.",
             Family::Python => "python.",
+            Family::Filter => "filter",
         };
         assert!(info.name.starts_with(prefix), "{} is in {:?}", info.name, info.family);
     }

@@ -1,4 +1,4 @@
-"""Granary's Python stage runner: the interpreter side of `python.map`.
+"""Granary's Python stage runner: the interpreter side of `python.map` and `python.filter`.
 
 A Granary worker starts one of these per core and talks to it over a Unix socket (fd 3); element
 data crosses through a shared-memory file both map (fd 4). It needs only the standard library and
@@ -9,7 +9,9 @@ stages' functions and arguments, the folders to import from); the runner imports
 once and answers with what it found (JSON). Then each call frame names a stage and the fields of
 one element (or a group of elements), which lie in the shared memory; the runner calls the
 function and writes what it returned after the inputs, or answers with the error and its
-traceback. Input arrays are views of the shared memory, valid until the function returns.
+traceback. Input arrays are views of the shared memory, valid until the function returns. A
+filter's function answers with one decision per element (status 3: a u32 count and one byte per
+element, 1 to keep it), and its elements stay in the worker as they were.
 """
 
 import hashlib
@@ -148,6 +150,7 @@ class Stage:
     def __init__(self, spec):
         self.function = spec["function"]
         self.batched = bool(spec.get("batched"))
+        self.filter = bool(spec.get("filter"))
         self.args = spec.get("args") or {}
         module_name, _, attr = self.function.partition(":")
         try:
@@ -333,6 +336,37 @@ def write_result(result, inputs, origins, shared, out_offset, n):
     return b"".join([b"\x00", U64.pack(shared.size), U16.pack(len(heads))] + heads)
 
 
+def decisions(result, n):
+    """A filter's reply: whether to keep each element. Element-wise (`n` None) the result's truth
+    value; batched, one truth value per element of a sequence or 1-D array of length `n`."""
+    if n is None:
+        try:
+            keep = bool(result)
+        except Exception as e:  # e.g. an array of several values, whose truth is ambiguous
+            raise ReturnError(
+                f"returned a {type(result).__name__} whose truth value is ambiguous ({e}); "
+                "return True to keep the element, False to drop it"
+            ) from None
+        return b"\x03" + U32.pack(1) + (b"\x01" if keep else b"\x00")
+    if isinstance(result, (list, tuple)):
+        items = result
+    else:
+        array = np.asarray(result)
+        if array.ndim != 1:
+            raise ReturnError(
+                f"returned {type(result).__name__} of shape {array.shape}; a batched filter returns one "
+                f"boolean per element: a sequence or 1-D array of {n}"
+            )
+        items = array.tolist()
+    if len(items) != n:
+        raise ReturnError(f"returned {len(items)} decisions for a group of {n}; return one boolean per element")
+    try:
+        flags = bytes(1 if item else 0 for item in items)
+    except Exception as e:
+        raise ReturnError(f"returned decisions whose truth value is ambiguous ({e}); return booleans") from None
+    return b"\x03" + U32.pack(n) + flags
+
+
 def error_frame(message, raised=True):
     """An error reply: status 1 for an exception (with its traceback), 2 for a bad return."""
     encoded = message.encode("utf-8", "replace")
@@ -376,6 +410,8 @@ def call(stage, body, shared):
     except Exception as e:  # the user's code: report it, keep serving
         return error_frame(user_traceback(e))
     try:
+        if stage.filter:
+            return decisions(result, group)
         return write_result(result, fields, origins, shared, out_offset, group)
     except ReturnError as e:
         return error_frame(f"`{stage.function}` {e}", raised=False)

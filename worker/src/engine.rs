@@ -9,7 +9,7 @@ use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
 use crate::source::{Source, SourceError, get_bytes};
 use crate::store;
-use granary_crds::ops::PythonMap;
+use granary_crds::ops::PythonCall;
 use granary_crds::ops::image::{ImageDType, Layout};
 use granary_crds::{InputPipelineSpec, Manifest, OpConfig};
 use std::collections::VecDeque;
@@ -383,14 +383,8 @@ fn start_python(
     options: &EngineOptions,
     resources: &Resources,
 ) -> Result<Option<PythonStages>, EngineError> {
-    let stages: Vec<(usize, PythonMap)> = configs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| match c {
-            OpConfig::PythonMap(m) => Some((i, m.clone())),
-            _ => None,
-        })
-        .collect();
+    let stages: Vec<(usize, PythonCall)> =
+        configs.iter().enumerate().filter_map(|(i, c)| Some((i, c.python_call()?))).collect();
     let Some(&(first, _)) = stages.first() else { return Ok(None) };
     let build = |i: usize, message: String| EngineError::Build {
         path: format!("spec.stages[{i}]"),

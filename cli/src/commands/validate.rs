@@ -14,7 +14,7 @@
 
 use crate::exit;
 use granary_crds::manifest::{base_dir_of, parse_manifest};
-use granary_crds::ops::PythonMap;
+use granary_crds::ops::PythonCall;
 use granary_crds::read::{manifest_text, read_manifest_text};
 use granary_crds::{OpConfig, Problem, Problems};
 use granary_worker::ops::python::{Interpreter, StartError};
@@ -130,23 +130,20 @@ fn check(file: &Path, python: Option<&Path>, notes: &mut Vec<String>) -> Result<
     check_python(&manifest, python, notes).map_err(Failure::Invalid)
 }
 
-/// Imports the functions of the manifest's `python.map` stages and checks each fits its stage;
-/// without a Python to do it, says so in a note instead.
+/// Imports the functions of the manifest's Python stages (`python.map`, `python.filter`) and
+/// checks each fits its stage; without a Python to do it, says so in a note instead.
 fn check_python(
     manifest: &granary_crds::Manifest,
     python: Option<&Path>,
     notes: &mut Vec<String>,
 ) -> Result<(), Problems> {
-    let stages: Vec<(usize, PythonMap)> = manifest
+    let stages: Vec<(usize, PythonCall)> = manifest
         .pipeline
         .spec
         .stages
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| match OpConfig::parse(s, &format!("spec.stages[{i}]")) {
-            Ok(OpConfig::PythonMap(m)) => Some((i, m)),
-            _ => None,
-        })
+        .filter_map(|(i, s)| Some((i, OpConfig::parse(s, &format!("spec.stages[{i}]")).ok()?.python_call()?)))
         .collect();
     if stages.is_empty() {
         return Ok(());
@@ -158,7 +155,7 @@ fn check_python(
             return Ok(());
         }
     };
-    let configs: Vec<PythonMap> = stages.iter().map(|(_, m)| m.clone()).collect();
+    let configs: Vec<PythonCall> = stages.iter().map(|(_, m)| m.clone()).collect();
     let paths = vec![manifest.base_dir.display().to_string()];
     match granary_worker::ops::python::check(&interpreter, &configs, paths) {
         Ok((python, numpy)) => {

@@ -15,6 +15,9 @@ pub enum Family {
     Test,
     /// `python.*`: the user's own Python functions, which take whatever the element holds.
     Python,
+    /// `filter`: built-in predicates that keep or drop elements, on whatever field their
+    /// predicate reads.
+    Filter,
 }
 
 /// The source formats a family's operators can read, and why, for the message that names a stage
@@ -29,7 +32,8 @@ pub struct FormatFit {
 
 impl Family {
     /// Every family, in the order validation reports them.
-    pub const ALL: [Family; 5] = [Family::Image, Family::Text, Family::Table, Family::Test, Family::Python];
+    pub const ALL: [Family; 6] =
+        [Family::Image, Family::Text, Family::Table, Family::Test, Family::Python, Family::Filter];
 
     /// The source formats this family's operators fit; `None` when they fit every format.
     pub fn format_fit(self) -> Option<FormatFit> {
@@ -49,7 +53,7 @@ impl Family {
                 needs: "table operators work on rows, which `jsonl`, `parquet`, `tfrecord` and `csv` sources \
                         provide",
             }),
-            Family::Text | Family::Test | Family::Python => None,
+            Family::Text | Family::Test | Family::Python | Family::Filter => None,
         }
     }
 }

@@ -3,10 +3,12 @@
 //! Each family has its own module; the implementation of each operator lives in the worker
 //! (`worker/src/ops/<family>/`). [`OPS`] is the one source of what is known of each operator:
 //! its name, family, default field, the [`Kind`] of data it takes and gives, and whether it is
-//! deterministic; validation derives its checks from these facts. Adding an operator means a
-//! config struct with its `OP` name here, a row in [`OPS`], and its implementation there.
+//! deterministic, and how many elements it gives for each it takes; validation derives its checks
+//! from these facts. Adding an operator means a config struct with its `OP` name here, a row in
+//! [`OPS`], and its implementation there.
 
 pub mod family;
+pub mod filter;
 pub mod image;
 pub mod kind;
 pub mod python;
@@ -19,9 +21,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 pub use self::family::{Family, FormatFit};
+pub use self::filter::Filter;
 pub use self::image::{CenterCrop, Decode, Flip, ImageDType, Layout, Normalize, RandomResizedCrop, Resize};
 pub use self::kind::Kind;
-pub use self::python::PythonMap;
+pub use self::python::{PythonCall, PythonFilter, PythonMap, PythonRole};
 pub use self::table::{Cast, Select};
 pub use self::test::Sleep;
 pub use self::text::{Tokenize, TruncatePad};
@@ -53,6 +56,10 @@ pub enum OpConfig {
     TestSleep(Sleep),
     /// `python.map`
     PythonMap(PythonMap),
+    /// `filter`
+    Filter(Filter),
+    /// `python.filter`
+    PythonFilter(PythonFilter),
 }
 
 /// What the registry knows of one operator: every fact that validation and the other crates
@@ -71,6 +78,8 @@ pub struct OpInfo {
     /// Whether the same input always gives the same output (caching is legal only on the
     /// deterministic prefix of a pipeline).
     pub deterministic: Determinism,
+    /// How many elements it gives for each it takes.
+    pub count: Count,
     parse: fn(serde_json::Value) -> Result<OpConfig, serde_path_to_error::Error<serde_json::Error>>,
 }
 
@@ -94,6 +103,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::EncodedImage,
         output: Kind::Pixels,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageDecode),
     },
     OpInfo {
@@ -103,6 +113,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Pixels,
         output: Kind::Pixels,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageResize),
     },
     OpInfo {
@@ -112,6 +123,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Pixels,
         output: Kind::Pixels,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageCenterCrop),
     },
     OpInfo {
@@ -121,6 +133,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Pixels,
         output: Kind::Pixels,
         deterministic: Determinism::Never,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageRandomResizedCrop),
     },
     OpInfo {
@@ -130,6 +143,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Pixels,
         output: Kind::Pixels,
         deterministic: Determinism::Never,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageFlip),
     },
     OpInfo {
@@ -139,6 +153,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Pixels,
         output: Kind::ImageTensor,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::ImageNormalize),
     },
     OpInfo {
@@ -148,6 +163,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Text,
         output: Kind::Tokens,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TextTokenize),
     },
     OpInfo {
@@ -157,6 +173,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Tokens,
         output: Kind::Tokens,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TextTruncatePad),
     },
     OpInfo {
@@ -166,6 +183,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Columns,
         output: Kind::Columns,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TableSelect),
     },
     OpInfo {
@@ -175,6 +193,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Columns,
         output: Kind::Columns,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TableCast),
     },
     OpInfo {
@@ -184,6 +203,7 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Any,
         output: Kind::Any,
         deterministic: Determinism::Always,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TestSleep),
     },
     OpInfo {
@@ -193,7 +213,30 @@ pub const OPS: &[OpInfo] = &[
         input: Kind::Any,
         output: Kind::Any,
         deterministic: Determinism::Declared,
+        count: Count::Same,
         parse: |v| typed(v).map(OpConfig::PythonMap),
+    },
+    OpInfo {
+        name: Filter::OP,
+        family: Family::Filter,
+        // The field and the kind it reads depend on the predicate (`Filter::field`,
+        // `Filter::input_kind`); what it leaves is what it took.
+        field: None,
+        input: Kind::Any,
+        output: Kind::Any,
+        deterministic: Determinism::Always,
+        count: Count::AtMost,
+        parse: |v| typed(v).map(OpConfig::Filter),
+    },
+    OpInfo {
+        name: PythonFilter::OP,
+        family: Family::Python,
+        field: None,
+        input: Kind::Any,
+        output: Kind::Any,
+        deterministic: Determinism::Declared,
+        count: Count::AtMost,
+        parse: |v| typed(v).map(OpConfig::PythonFilter),
     },
 ];
 
@@ -206,6 +249,19 @@ pub enum Determinism {
     Never,
     /// As the stage declares in its `deterministic` field (user code), `false` by default.
     Declared,
+}
+
+/// How many elements an operator gives for the elements it takes. A pipeline whose stages all
+/// give [`Count::Same`] has split output counts known from the listing; any other stage makes
+/// them known only once each split is computed (the dispatcher's plan learns them then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// One element out for each element in.
+    Same,
+    /// Each element in gives one element out or none (a filter).
+    AtMost,
+    /// A split's elements give any number out, known once the split is computed (packing).
+    Any,
 }
 
 impl OpInfo {
@@ -271,6 +327,8 @@ impl OpConfig {
             OpConfig::TableCast(_) => Cast::OP,
             OpConfig::TestSleep(_) => Sleep::OP,
             OpConfig::PythonMap(_) => PythonMap::OP,
+            OpConfig::Filter(_) => Filter::OP,
+            OpConfig::PythonFilter(_) => PythonFilter::OP,
         }
     }
 
@@ -278,6 +336,7 @@ impl OpConfig {
     pub fn deterministic(&self) -> bool {
         match self {
             OpConfig::PythonMap(c) => c.deterministic,
+            OpConfig::PythonFilter(c) => c.deterministic,
             _ => op_info(self.op_name()).is_some_and(|i| i.deterministic == Determinism::Always),
         }
     }
@@ -297,6 +356,17 @@ impl OpConfig {
             OpConfig::TableCast(c) => c.check(path, problems),
             OpConfig::TestSleep(c) => c.check(path, problems),
             OpConfig::PythonMap(c) => c.check(path, problems),
+            OpConfig::Filter(c) => c.check(path, problems),
+            OpConfig::PythonFilter(c) => c.check(path, problems),
+        }
+    }
+
+    /// The Python call of a Python stage (`python.map`, `python.filter`); `None` for the others.
+    pub fn python_call(&self) -> Option<PythonCall> {
+        match self {
+            OpConfig::PythonMap(c) => Some(c.call()),
+            OpConfig::PythonFilter(c) => Some(c.call()),
+            _ => None,
         }
     }
 }

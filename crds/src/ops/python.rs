@@ -1,4 +1,5 @@
-//! User code: stages that call a Python function the user wrote.
+//! User code: stages that call a Python function the user wrote, to transform elements
+//! (`python.map`) or to keep or drop them (`python.filter`).
 
 use crate::Problem;
 use schemars::JsonSchema;
@@ -35,8 +36,61 @@ pub struct PythonMap {
     pub deterministic: bool,
 }
 
+/// `python.filter`: calls a Python function on every element (or on groups of elements) and
+/// keeps the elements for which it returns a truthy value; the stages after it do not see the
+/// others.
+///
+/// The function is `fn(element, **args)`, called as `python.map` calls its function (a dict of
+/// field name → value; `rng` and `key` when it takes them), and returns a truthy value to keep
+/// the element; batched, it returns one boolean per element of the group (a sequence or a 1-D
+/// array of the group's length). The elements kept go on unchanged.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PythonFilter {
+    /// The function, as `package.module:name`, importable in the workers' Python environment.
+    /// The manifest's folder is importable, so `quality:sharp_enough` finds `quality.py` beside
+    /// it.
+    pub function: String,
+    /// `false` (default) passes one element at a time and expects a truthy value back; `true`
+    /// passes up to `spec.batch.size` elements at once, each field stacked along a new leading
+    /// axis (lists for text and bytes), and expects one boolean per element.
+    #[serde(default)]
+    pub batched: bool,
+    /// Keyword arguments for the function, as JSON values.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schemars(with = "std::collections::BTreeMap<String, serde_json::Value>")]
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// `true` declares that the decision depends only on the element (no `rng`, no clock, no
+    /// state). Default `false`. A filter ends the deterministic prefix either way, since it
+    /// changes the element count.
+    #[serde(default)]
+    pub deterministic: bool,
+}
+
 /// Parameters Granary passes itself, which `args` may not name.
 pub const RESERVED_ARGS: [&str; 2] = ["rng", "key"];
+
+/// What a Python stage does with the function's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PythonRole {
+    /// `python.map`: the result is the element's new fields.
+    Map,
+    /// `python.filter`: the result says whether the element is kept.
+    Filter,
+}
+
+/// What the worker needs of any Python stage, map or filter: the fields they share.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PythonCall {
+    /// `module:name`.
+    pub function: String,
+    /// Whether it takes groups of elements.
+    pub batched: bool,
+    /// Keyword arguments.
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// Map or filter.
+    pub role: PythonRole,
+}
 
 impl PythonMap {
     /// The `op` name: `python.map`.
@@ -44,34 +98,82 @@ impl PythonMap {
 
     /// The module and the attribute of `function`, when it has the `module:name` form.
     pub fn target(&self) -> Option<(&str, &str)> {
-        let (module, name) = self.function.split_once(':')?;
-        let dotted = |s: &str| !s.is_empty() && s.split('.').all(is_identifier);
-        (dotted(module) && dotted(name)).then_some((module, name))
+        target_of(&self.function)
+    }
+
+    /// The call the worker makes.
+    pub fn call(&self) -> PythonCall {
+        PythonCall {
+            function: self.function.clone(),
+            batched: self.batched,
+            args: self.args.clone(),
+            role: PythonRole::Map,
+        }
     }
 
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
-        if self.target().is_none() {
-            problems.push(Problem::new(
-                format!("{path}.function"),
-                format!(
-                    "is `{}`; write `package.module:function`, e.g. `augment:jitter` for the function \
-                     `jitter` in `augment.py` beside the manifest",
-                    self.function
-                ),
-            ));
+        check_call(&self.function, &self.args, path, problems);
+    }
+}
+
+impl PythonFilter {
+    /// The `op` name: `python.filter`.
+    pub const OP: &str = "python.filter";
+
+    /// The module and the attribute of `function`, when it has the `module:name` form.
+    pub fn target(&self) -> Option<(&str, &str)> {
+        target_of(&self.function)
+    }
+
+    /// The call the worker makes.
+    pub fn call(&self) -> PythonCall {
+        PythonCall {
+            function: self.function.clone(),
+            batched: self.batched,
+            args: self.args.clone(),
+            role: PythonRole::Filter,
         }
-        for name in self.args.keys() {
-            if RESERVED_ARGS.contains(&name.as_str()) {
-                problems.push(Problem::new(
-                    format!("{path}.args.{name}"),
-                    format!("`{name}` is passed by Granary itself; rename this argument"),
-                ));
-            } else if !is_identifier(name) {
-                problems.push(Problem::new(
-                    format!("{path}.args.{name}"),
-                    "is not a Python identifier, so it cannot be a keyword argument; rename it",
-                ));
-            }
+    }
+
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        check_call(&self.function, &self.args, path, problems);
+    }
+}
+
+/// The module and the attribute of `function`, when it has the `module:name` form.
+fn target_of(function: &str) -> Option<(&str, &str)> {
+    let (module, name) = function.split_once(':')?;
+    let dotted = |s: &str| !s.is_empty() && s.split('.').all(is_identifier);
+    (dotted(module) && dotted(name)).then_some((module, name))
+}
+
+/// Checks the `function` and `args` of a Python stage at `path`.
+fn check_call(
+    function: &str,
+    args: &serde_json::Map<String, serde_json::Value>,
+    path: &str,
+    problems: &mut Vec<Problem>,
+) {
+    if target_of(function).is_none() {
+        problems.push(Problem::new(
+            format!("{path}.function"),
+            format!(
+                "is `{function}`; write `package.module:function`, e.g. `augment:jitter` for the function \
+                 `jitter` in `augment.py` beside the manifest"
+            ),
+        ));
+    }
+    for name in args.keys() {
+        if RESERVED_ARGS.contains(&name.as_str()) {
+            problems.push(Problem::new(
+                format!("{path}.args.{name}"),
+                format!("`{name}` is passed by Granary itself; rename this argument"),
+            ));
+        } else if !is_identifier(name) {
+            problems.push(Problem::new(
+                format!("{path}.args.{name}"),
+                "is not a Python identifier, so it cannot be a keyword argument; rename it",
+            ));
         }
     }
 }
@@ -116,5 +218,24 @@ mod tests {
         m.check("spec.stages[1]", &mut problems);
         let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(paths, ["spec.stages[1].args.bad name", "spec.stages[1].args.rng"]);
+    }
+
+    #[test]
+    fn a_filter_checks_its_function_as_a_map_does() {
+        let mut f = PythonFilter {
+            function: "quality:keep".into(),
+            batched: true,
+            args: Default::default(),
+            deterministic: false,
+        };
+        assert_eq!(f.target(), Some(("quality", "keep")));
+        assert_eq!(f.call().role, PythonRole::Filter);
+        assert_eq!(map("a:b").call().role, PythonRole::Map);
+        f.function = "quality".into();
+        f.args.insert("key".into(), 1.into());
+        let mut problems = Vec::new();
+        f.check("s", &mut problems);
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["s.function", "s.args.key"]);
     }
 }

@@ -1,4 +1,6 @@
-//! The assembler: restores task order, shuffles within each split, stacks batches.
+//! The assembler: restores task order, shuffles within each split, stacks batches. Elements a
+//! filter dropped take their place in the order and nothing else: they reach neither the shuffle
+//! buffer nor a batch, and the split's count leaves them out.
 
 use super::{CacheUse, Done, ExecError, Output, Plan, Task};
 use crate::batch::{BatchBuilder, BatchOrigin};
@@ -20,6 +22,7 @@ struct SplitState {
     buffer: Vec<Element>,
     builder: BatchBuilder,
     sequence: u64,
+    /// Elements the split produced so far (those filters kept).
     elements: u64,
     /// The split's entry is being written.
     writing: bool,
@@ -184,6 +187,17 @@ fn assemble(
                     }
                     if !state.push(plan, element, out, budget)? {
                         return Ok(());
+                    }
+                }
+                Done::Dropped { task, split_id, record, .. } => {
+                    let state = match split.as_mut() {
+                        Some(state) => state,
+                        None => split.insert(SplitState::new(plan, task, split_id, &mut writer)),
+                    };
+                    if state.writing
+                        && let Some(record) = record
+                    {
+                        writer.record(record);
                     }
                 }
                 Done::SplitEnd { task, split_id, read, .. } => {

@@ -5,8 +5,16 @@
 //! members that reached them. Blocks are fixed by index, so a recomputed split, or one read
 //! partly from the cache, forms the same groups, and the batched stage's random stream belongs
 //! to the block: output does not depend on threads or timing.
+//!
+//! Filters: a member that a filter drops (element-wise, or a batched filter's decision) leaves
+//! the group there, and the stages after do not run on it. A later batched stage takes the
+//! members that are left, as they are: groups are not refilled from the next block, so such a
+//! stage may see fewer than `batch.size` elements (and is not called for a block that lost them
+//! all). Its random stream still belongs to the block, and which members are left depends only
+//! on the elements and their own streams, so the output stays independent of threads and timing.
 
-use super::{ExecError, Member, Plan, StageTimes, Task, record};
+use super::{ExecError, Member, Plan, Ran, StageTimes, Task, record};
+use crate::ops::Fate;
 use crate::seed::{SeededRng, Stream};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -19,17 +27,20 @@ struct Progress {
     /// Index of the stage boundary whose elements the task writes to the cache, if any.
     cut: Option<usize>,
     record: Option<Vec<u8>>,
+    /// Still in the group: no filter has dropped it.
+    kept: bool,
 }
 
 /// Runs every stage over `members` (consecutive elements of one split, each from its own start
-/// stage); returns each member's cache record when the task writes one.
+/// stage); returns, per member, whether it was kept and its cache record when the task writes
+/// one.
 pub(super) fn run(
     plan: &Plan,
     task: Task,
     split_id: u64,
     members: &mut [Member],
     times: &StageTimes,
-) -> Result<Vec<Option<Vec<u8>>>, ExecError> {
+) -> Result<Vec<Ran>, ExecError> {
     let n = plan.stages.len();
     let mut progress: Vec<Progress> = members
         .iter()
@@ -38,16 +49,18 @@ pub(super) fn run(
             at: m.start.min(n),
             cut: super::write_cut(plan, task, m.start),
             record: None,
+            kept: true,
         })
         .collect();
     let batched: Vec<usize> = (0..n).filter(|&i| plan.stages[i].op.batched()).collect();
     for &b in &batched {
         for (member, p) in members.iter_mut().zip(&mut progress) {
-            if p.at <= b {
+            if p.kept && p.at <= b {
                 advance(plan, member, p, b, times)?;
             }
         }
-        let takers: Vec<usize> = (0..members.len()).filter(|&i| progress[i].at == b).collect();
+        let takers: Vec<usize> =
+            (0..members.len()).filter(|&i| progress[i].kept && progress[i].at == b).collect();
         let Some(&first) = takers.first() else { continue };
         let mut elements: Vec<_> = takers
             .iter()
@@ -58,31 +71,46 @@ pub(super) fn run(
             SeededRng::new(plan.seed, Stream::Group, &[u64::from(task.epoch), split_id, block, b as u64]);
         let stage = &plan.stages[b];
         let started = Instant::now();
-        let result = stage.op.apply_group(&mut elements, &mut rng);
+        let result = stage.op.run_group(&mut elements, &mut rng);
         times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let (key, count) = (elements.first().map(|e| e.key.clone()).unwrap_or_default(), elements.len());
         for (&i, element) in takers.iter().zip(elements) {
             members[i].element = element;
             progress[i].at = b + 1;
         }
-        result.map_err(|e| ExecError::Op {
+        let op_error = |message: String| ExecError::Op {
             path: stage.path.clone(),
             stage: stage.name.clone(),
-            key,
+            key: key.clone(),
             message: match count {
-                1 => e.0,
-                _ => format!("(a batched call on {count} elements, from this one on) {}", e.0),
+                1 => message,
+                _ => format!("(a batched call on {count} elements, from this one on) {message}"),
             },
-        })?;
+        };
+        let kept = result.map_err(|e| op_error(e.0))?;
+        if let Some(kept) = kept {
+            if kept.len() != takers.len() {
+                return Err(op_error(format!("decided on {} elements of {}", kept.len(), takers.len())));
+            }
+            for (&i, keep) in takers.iter().zip(kept) {
+                progress[i].kept &= keep;
+            }
+        }
     }
     for (member, p) in members.iter_mut().zip(&mut progress) {
-        advance(plan, member, p, n, times)?;
+        if p.kept {
+            advance(plan, member, p, n, times)?;
+        }
         times.elements.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(progress.into_iter().map(|p| p.record).collect())
+    Ok(progress
+        .into_iter()
+        .map(|p| Ran { fate: if p.kept { Fate::Keep } else { Fate::Drop }, record: p.record })
+        .collect())
 }
 
-/// Applies the element-wise stages from `p.at` up to `to`, taking the cache record on the way.
+/// Applies the element-wise stages from `p.at` up to `to`, taking the cache record on the way;
+/// a filter that drops the member takes it out of the group.
 fn advance(
     plan: &Plan,
     member: &mut Member,
@@ -91,11 +119,17 @@ fn advance(
     times: &StageTimes,
 ) -> Result<(), ExecError> {
     if let Some(cut) = p.cut.filter(|c| (p.at..=to).contains(c) && p.record.is_none()) {
-        super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times)?;
+        if super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times)? == Fate::Drop {
+            p.kept = false;
+            return Ok(());
+        }
         p.record = Some(record::to_bytes(&member.element));
         p.at = cut;
     }
-    super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times)?;
+    if super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times)? == Fate::Drop {
+        p.kept = false;
+        return Ok(());
+    }
     p.at = to;
     Ok(())
 }

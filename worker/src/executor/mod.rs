@@ -10,6 +10,13 @@
 //!
 //! Because randomness is per element and order is restored before shuffling, the output is the
 //! same for any thread count, and a split re-run yields the same batches.
+//!
+//! Filters drop elements ([`Fate::Drop`]): the compute thread stops running stages on a dropped
+//! element, releases its budget at once, and hands the assembler only its place in the order
+//! (and its cache record, when the task writes one), so a dropped element never enters the
+//! shuffle buffer or a batch, and `Output::SplitDone` counts the elements the split produced.
+//! Whether an element is dropped depends only on the element and its own seeded stream, so this
+//! too is the same for any thread count and on a re-run.
 
 mod assemble;
 mod cached;
@@ -19,7 +26,7 @@ use crate::batch::{Batch, BatchError};
 use crate::budget::{Budget, Permit};
 use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
 use crate::element::Element;
-use crate::ops::Operator;
+use crate::ops::{Fate, Operator};
 use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
@@ -138,7 +145,7 @@ pub enum Output {
     SplitDone {
         /// The task.
         task: Task,
-        /// Elements the split produced.
+        /// Elements the split produced: its listed elements less those a filter dropped.
         elements: u64,
         /// What the cache did for it.
         cache: CacheOutcome,
@@ -217,6 +224,14 @@ enum Done {
         record: Option<Vec<u8>>,
         permit: Permit,
     },
+    /// An element a filter dropped: only its place in the order, and its cache record when the
+    /// task writes one (the cut lies before any filter, so the entry holds every element).
+    Dropped {
+        seq: u64,
+        task: Task,
+        split_id: u64,
+        record: Option<Vec<u8>>,
+    },
     SplitEnd {
         seq: u64,
         task: Task,
@@ -232,9 +247,39 @@ enum Done {
 impl Done {
     fn seq(&self) -> u64 {
         match self {
-            Done::Element { seq, .. } | Done::SplitEnd { seq, .. } | Done::Failed { seq, .. } => *seq,
+            Done::Element { seq, .. }
+            | Done::Dropped { seq, .. }
+            | Done::SplitEnd { seq, .. }
+            | Done::Failed { seq, .. } => *seq,
         }
     }
+
+    /// What the compute thread hands on for an element that ran: the element itself when it was
+    /// kept (its permit resized to what it holds now); when it was dropped, its place in the
+    /// order only, its permit released here.
+    fn of(seq: u64, task: Task, split_id: u64, element: Element, ran: Ran, mut permit: Permit) -> Done {
+        let Ran { fate, record } = ran;
+        match fate {
+            Fate::Keep => {
+                permit.resize(element.nbytes());
+                Done::Element { seq, task, split_id, element, record, permit }
+            }
+            Fate::Drop => {
+                // The budget gets the element's bytes back now, not when the assembler reaches it.
+                drop(permit);
+                drop(element);
+                Done::Dropped { seq, task, split_id, record }
+            }
+        }
+    }
+}
+
+/// What running the stages made of one element.
+struct Ran {
+    /// Whether it goes on to the batch.
+    fate: Fate,
+    /// Its record at the cache cut, when the task writes the cache.
+    record: Option<Vec<u8>>,
 }
 
 /// Compute time per stage, summed over elements since the execution started.
@@ -461,18 +506,9 @@ fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &Stag
         let out = match item {
             Work::Group { task, split_id, mut members } => {
                 match group::run(plan, task, split_id, &mut members, times) {
-                    Ok(records) => {
-                        for (mut m, record) in members.into_iter().zip(records) {
-                            m.permit.resize(m.element.nbytes());
-                            let element = Done::Element {
-                                seq: m.seq,
-                                task,
-                                split_id,
-                                element: m.element,
-                                record,
-                                permit: m.permit,
-                            };
-                            if done.send(element).is_err() {
+                    Ok(ran) => {
+                        for (m, ran) in members.into_iter().zip(ran) {
+                            if done.send(Done::of(m.seq, task, split_id, m.element, ran, m.permit)).is_err() {
                                 return;
                             }
                         }
@@ -482,13 +518,10 @@ fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &Stag
                 }
             }
             Work::SplitEnd { seq, task, split_id, read } => Done::SplitEnd { seq, task, split_id, read },
-            Work::Element { seq, task, split_id, index, start, mut element, mut permit } => {
+            Work::Element { seq, task, split_id, index, start, mut element, permit } => {
                 let mut rng = SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, index);
                 match run_element(plan, task, start, &mut element, &mut rng, times) {
-                    Ok(record) => {
-                        permit.resize(element.nbytes());
-                        Done::Element { seq, task, split_id, element, record, permit }
-                    }
+                    Ok(ran) => Done::of(seq, task, split_id, element, ran, permit),
                     Err(error) => Done::Failed { seq, error },
                 }
             }
@@ -499,8 +532,8 @@ fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &Stag
     }
 }
 
-/// Runs `stages[start..]` on an element; a task that writes the cache also gets the element's
-/// record as it is at its cut.
+/// Runs `stages[start..]` on an element, up to a filter that drops it; a task that writes the
+/// cache also gets the element's record as it is at its cut.
 fn run_element(
     plan: &Plan,
     task: Task,
@@ -508,21 +541,24 @@ fn run_element(
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
-) -> Result<Option<Vec<u8>>, ExecError> {
-    let record = match write_cut(plan, task, start) {
-        None => {
-            apply(plan, start.min(plan.stages.len())..plan.stages.len(), element, rng, times)?;
-            None
-        }
+) -> Result<Ran, ExecError> {
+    let n = plan.stages.len();
+    let ran = match write_cut(plan, task, start) {
+        None => Ran { fate: apply(plan, start.min(n)..n, element, rng, times)?, record: None },
         Some(j) => {
-            apply(plan, 0..j, element, rng, times)?;
-            let record = record::to_bytes(element);
-            apply(plan, j..plan.stages.len(), element, rng, times)?;
-            Some(record)
+            // Cuts lie in the deterministic prefix, which ends before the first filter: every
+            // element reaches its cut. (One dropped before it would leave the entry short, and a
+            // short entry is recomputed rather than read.)
+            let mut fate = apply(plan, 0..j, element, rng, times)?;
+            let record = (fate == Fate::Keep).then(|| record::to_bytes(element));
+            if fate == Fate::Keep {
+                fate = apply(plan, j..n, element, rng, times)?;
+            }
+            Ran { fate, record }
         }
     };
     times.elements.fetch_add(1, Ordering::Relaxed);
-    Ok(record)
+    Ok(ran)
 }
 
 /// The stage index at which a task that writes the cache takes an element's record: elements
@@ -534,16 +570,17 @@ fn write_cut(plan: &Plan, task: Task, start: usize) -> Option<usize> {
     }
 }
 
+/// Runs `stages` on an element in order; stops at the first that drops it.
 fn apply(
     plan: &Plan,
     stages: std::ops::Range<usize>,
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
-) -> Result<(), ExecError> {
+) -> Result<Fate, ExecError> {
     let mut start = Instant::now();
     for (stage, nanos) in plan.stages[stages.clone()].iter().zip(&times.nanos[stages]) {
-        stage.op.apply(element, rng).map_err(|e| ExecError::Op {
+        let fate = stage.op.run(element, rng).map_err(|e| ExecError::Op {
             path: stage.path.clone(),
             stage: stage.name.clone(),
             key: element.key.clone(),
@@ -552,6 +589,9 @@ fn apply(
         let now = Instant::now();
         nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);
         start = now;
+        if fate == Fate::Drop {
+            return Ok(Fate::Drop);
+        }
     }
-    Ok(())
+    Ok(Fate::Keep)
 }

@@ -1,6 +1,7 @@
 //! Operator implementations: one module per family, one file per operator. The typed configs
 //! live in `granary_crds::ops`; [`build`] maps each config to its implementation.
 
+pub mod filter;
 pub mod image;
 pub mod python;
 pub mod table;
@@ -42,11 +43,35 @@ pub struct BuildContext {
     pub python: Option<std::sync::Arc<python::PythonStages>>,
 }
 
+/// What becomes of an element after a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It goes on to the next stage.
+    Keep,
+    /// A filter rejected it: the stages after this one do not run on it, and its split produces
+    /// one element fewer.
+    Drop,
+}
+
 /// One stage's implementation: applied to every element, possibly in parallel.
+///
+/// The executor calls [`Operator::run`] (and [`Operator::run_group`] for batched stages). An
+/// operator that transforms implements [`Operator::apply`] and keeps the defaults, which apply
+/// and keep every element; a filter overrides `run` (and `run_group`) to say which elements it
+/// drops.
 pub trait Operator: Send + Sync {
     /// Transforms `element` in place. Random operators draw only from `rng`, the element's own
-    /// seeded stream, so that output does not depend on threads or timing.
+    /// seeded stream, so that output does not depend on threads or timing. A filter leaves the
+    /// element as it is (its decision is what [`Operator::run`] returns).
     fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError>;
+
+    /// Runs the stage on `element` and says whether it goes on: [`Operator::apply`] and
+    /// [`Fate::Keep`] unless the operator is a filter.
+    #[inline]
+    fn run(&self, element: &mut Element, rng: &mut SeededRng) -> Result<Fate, OpError> {
+        self.apply(element, rng)?;
+        Ok(Fate::Keep)
+    }
 
     /// Whether the operator takes consecutive elements of a split together
     /// ([`Operator::apply_group`]) rather than one at a time.
@@ -58,6 +83,14 @@ pub trait Operator: Send + Sync {
     /// seeded stream. Only called when [`Operator::batched`] says so.
     fn apply_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {
         elements.iter_mut().try_for_each(|e| self.apply(e, rng))
+    }
+
+    /// Runs the stage on a group (as [`Operator::apply_group`]) and says which members go on:
+    /// `None` when all do, else one flag per member (`true`: kept). Only called when
+    /// [`Operator::batched`] says so.
+    fn run_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<Option<Vec<bool>>, OpError> {
+        self.apply_group(elements, rng)?;
+        Ok(None)
     }
 }
 
@@ -75,11 +108,12 @@ pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>,
         OpConfig::TableSelect(c) => Box::new(table::select::SelectOp::new(c)),
         OpConfig::TableCast(c) => Box::new(table::cast::CastOp::new(c)),
         OpConfig::TestSleep(c) => Box::new(test::sleep::SleepOp::new(c)),
-        OpConfig::PythonMap(c) => Box::new(
-            ctx.python
-                .as_ref()
-                .and_then(|p| p.op(c))
+        OpConfig::PythonMap(_) | OpConfig::PythonFilter(_) => Box::new(
+            config
+                .python_call()
+                .and_then(|call| ctx.python.as_ref()?.op(&call))
                 .ok_or_else(|| BuildError("no Python runners were started for this stage".into()))?,
         ),
+        OpConfig::Filter(c) => Box::new(filter::FilterOp::new(c)?),
     })
 }

@@ -1,11 +1,13 @@
-//! `python.map`: the user's own Python functions as stages.
+//! `python.map` and `python.filter`: the user's own Python functions as stages.
 //!
 //! The worker never links Python. Each engine with Python stages starts one runner process per
 //! compute thread ([`Runners`]), with the interpreter [`Interpreter::find`] picks; each runner
 //! imports every Python stage's function once. A compute thread that reaches a Python stage
 //! borrows a runner, copies the element's fields into the shared memory they both map, and waits
 //! for the function's result, which comes back the same way: the Python processes, not the GIL
-//! of one, bound the parallelism. Stages before and after run in Rust as usual.
+//! of one, bound the parallelism. Stages before and after run in Rust as usual. A filter's
+//! function answers with one decision per element instead of fields, and its elements stay as
+//! they were.
 
 pub mod cpu;
 mod interpreter;
@@ -20,17 +22,17 @@ pub use pool::Runners;
 pub use runner::{Setup, StageFacts, StageSetup, StartError, describe_exit};
 
 use crate::element::Element;
-use crate::ops::{OpError, Operator};
+use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
-use granary_crds::ops::PythonMap;
-use runner::CallError;
+use granary_crds::ops::{PythonCall, PythonRole};
+use runner::{CallError, Returned};
 use std::sync::Arc;
 use wire::CallHeader;
 
 /// The Python stages of one pipeline and the runners that run them.
 pub struct PythonStages {
     runners: Arc<Runners>,
-    configs: Vec<PythonMap>,
+    configs: Vec<PythonCall>,
 }
 
 impl PythonStages {
@@ -38,7 +40,7 @@ impl PythonStages {
     /// from `paths` first.
     pub fn start(
         interpreter: Interpreter,
-        configs: Vec<PythonMap>,
+        configs: Vec<PythonCall>,
         paths: Vec<String>,
         threads: usize,
     ) -> Result<PythonStages, StartError> {
@@ -53,14 +55,15 @@ impl PythonStages {
     }
 
     /// The operator of `config`, one of the stages this was started with.
-    pub fn op(&self, config: &PythonMap) -> Option<PythonMapOp> {
+    pub fn op(&self, config: &PythonCall) -> Option<PythonOp> {
         let stage = self.configs.iter().position(|c| c == config)?;
         let facts = self.runners.facts().get(stage).cloned().unwrap_or_default();
-        Some(PythonMapOp {
+        Some(PythonOp {
             runners: Arc::clone(&self.runners),
             stage: u16::try_from(stage).ok()?,
             function: config.function.clone(),
             batched: config.batched,
+            filter: config.role == PythonRole::Filter,
             rng: facts.rng,
         })
     }
@@ -71,7 +74,7 @@ impl PythonStages {
 /// NumPy's versions.
 pub fn check(
     interpreter: &Interpreter,
-    configs: &[PythonMap],
+    configs: &[PythonCall],
     paths: Vec<String>,
 ) -> Result<(String, String), StartError> {
     let setup = Setup { stages: configs.iter().map(setup_of).collect(), paths, check: true };
@@ -80,24 +83,32 @@ pub fn check(
 }
 
 /// How a runner is told about a stage.
-pub fn setup_of(config: &PythonMap) -> StageSetup {
-    StageSetup { function: config.function.clone(), batched: config.batched, args: config.args.clone() }
+pub fn setup_of(config: &PythonCall) -> StageSetup {
+    StageSetup {
+        function: config.function.clone(),
+        batched: config.batched,
+        args: config.args.clone(),
+        filter: config.role == PythonRole::Filter,
+    }
 }
 
-/// One `python.map` stage.
-pub struct PythonMapOp {
+/// One `python.map` or `python.filter` stage.
+pub struct PythonOp {
     runners: Arc<Runners>,
     stage: u16,
     function: String,
     batched: bool,
+    /// A filter: the function decides which elements to keep.
+    filter: bool,
     rng: bool,
 }
 
-impl PythonMapOp {
-    /// Calls the function on `elements` (one, or a group when batched) and replaces their fields
-    /// with what it returned. The function's `rng` is seeded from `rng`, the stream of the
-    /// element (of the group's first element).
-    pub fn call(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {
+impl PythonOp {
+    /// Calls the function on `elements` (one, or a group when batched). A map replaces their
+    /// fields with what it returned and gives `None`; a filter leaves them as they are and gives
+    /// which to keep. The function's `rng` is seeded from `rng`, the stream of the element (of
+    /// the group, when batched).
+    pub fn call(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<Option<Vec<bool>>, OpError> {
         let header = CallHeader { stage: self.stage, rng: self.rng.then(|| rng.next_u64()) };
         let mut lent = self.runners.checkout().map_err(|e| {
             OpError::new(format!("cannot start a Python runner for `{}`: {e}", self.function))
@@ -106,11 +117,19 @@ impl PythonMapOp {
             return Err(OpError::new("no Python runner is available"));
         };
         match runner.call(&header, elements, self.batched) {
-            Ok(rows) => {
+            Ok(Returned::Fields(rows)) if !self.filter => {
                 for (element, fields) in elements.iter_mut().zip(rows) {
                     element.fields = fields;
                 }
-                Ok(())
+                Ok(None)
+            }
+            Ok(Returned::Kept(kept)) if self.filter => Ok(Some(kept)),
+            Ok(_) => {
+                lent.discard();
+                Err(OpError::new(format!(
+                    "the Python process running `{}` answered as for another kind of stage",
+                    self.function
+                )))
             }
             Err(CallError::Raised(traceback)) => {
                 Err(OpError::new(format!("`{}` raised an exception:\n{traceback}", self.function)))
@@ -134,9 +153,18 @@ impl PythonMapOp {
     }
 }
 
-impl Operator for PythonMapOp {
+impl Operator for PythonOp {
+    /// A map's new fields; a filter evaluates its function and leaves the element as it is.
     fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
-        self.call(std::slice::from_mut(element), rng)
+        self.call(std::slice::from_mut(element), rng).map(|_| ())
+    }
+
+    fn run(&self, element: &mut Element, rng: &mut SeededRng) -> Result<Fate, OpError> {
+        let kept = self.call(std::slice::from_mut(element), rng)?;
+        Ok(match kept.as_deref() {
+            Some([false]) => Fate::Drop,
+            _ => Fate::Keep,
+        })
     }
 
     fn batched(&self) -> bool {
@@ -144,6 +172,10 @@ impl Operator for PythonMapOp {
     }
 
     fn apply_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {
+        self.call(elements, rng).map(|_| ())
+    }
+
+    fn run_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<Option<Vec<bool>>, OpError> {
         self.call(elements, rng)
     }
 }

@@ -34,6 +34,9 @@ pub struct StageSetup {
     pub batched: bool,
     /// Keyword arguments.
     pub args: serde_json::Map<String, serde_json::Value>,
+    /// Whether the function decides which elements to keep (`python.filter`) rather than
+    /// returning their new fields.
+    pub filter: bool,
 }
 
 /// What a runner is told at start.
@@ -196,14 +199,15 @@ impl Runner {
         self.child.id()
     }
 
-    /// Calls stage `stage` on `elements` (one, or a group when `batched`) and returns the new
-    /// fields of each. `Err` carries the Python error, or says the runner died.
+    /// Calls stage `stage` on `elements` (one, or a group when `batched`) and returns what it
+    /// returned: the new fields of each (a map), or which to keep (a filter, whose elements are
+    /// left as they are). `Err` carries the Python error, or says the runner died.
     pub fn call(
         &mut self,
         header: &CallHeader,
         elements: &mut [Element],
         batched: bool,
-    ) -> Result<Vec<Vec<(String, Value)>>, CallError> {
+    ) -> Result<Returned, CallError> {
         wire::encode_call(header, elements, batched, &mut self.frame, &mut self.shm)
             .map_err(CallError::Input)?;
         let frame = std::mem::take(&mut self.frame);
@@ -223,10 +227,20 @@ impl Runner {
         reply: &[u8],
         elements: &mut [Element],
         batched: bool,
-    ) -> Result<Vec<Vec<(String, Value)>>, CallError> {
+    ) -> Result<Returned, CallError> {
         match wire::decode_reply(reply).map_err(CallError::Protocol)? {
             Reply::Raised(message) => Err(CallError::Raised(message)),
             Reply::BadReturn(message) => Err(CallError::Input(OpError::new(message))),
+            Reply::Kept(flags) => {
+                if flags.len() != elements.len() {
+                    return Err(CallError::Protocol(OpError::new(format!(
+                        "the Python runner decided on {} elements of a call with {}",
+                        flags.len(),
+                        elements.len()
+                    ))));
+                }
+                Ok(Returned::Kept(flags.iter().map(|&f| f != 0).collect()))
+            }
             Reply::Ok { shm_size, mut fields } => {
                 self.shm
                     .remap(shm_size)
@@ -237,6 +251,7 @@ impl Runner {
                 };
                 let n = if batched { Some(self.group_len()) } else { None };
                 wire::decode_fields(&mut fields, self.shm.bytes(), n, &mut inputs)
+                    .map(Returned::Fields)
                     .map_err(CallError::Protocol)
             }
         }
@@ -297,6 +312,15 @@ impl Drop for Runner {
             let _ = self.child.wait();
         }
     }
+}
+
+/// What a call returned.
+#[derive(Debug)]
+pub enum Returned {
+    /// A map's new fields, per element.
+    Fields(Vec<Vec<(String, Value)>>),
+    /// A filter's decisions, per element (`true`: kept).
+    Kept(Vec<bool>),
 }
 
 /// Why a call did not return fields.

@@ -191,6 +191,8 @@ pub enum Reply<'a> {
     Raised(String),
     /// The function returned something Granary cannot carry: what and how to fix it.
     BadReturn(String),
+    /// A filter's decisions: one byte per element of the call, 1 to keep it, 0 to drop it.
+    Kept(&'a [u8]),
 }
 
 /// Reads little-endian values from a frame body, failing on a short one.
@@ -251,6 +253,10 @@ pub fn decode_reply(body: &[u8]) -> Result<Reply<'_>, OpError> {
             let n = r.u32()? as usize;
             let message = String::from_utf8_lossy(r.take(n)?).into_owned();
             Ok(if status == 1 { Reply::Raised(message) } else { Reply::BadReturn(message) })
+        }
+        3 => {
+            let n = r.u32()? as usize;
+            Ok(Reply::Kept(r.take(n)?))
         }
         other => Err(OpError::new(format!("the Python runner sent an unknown reply ({other})"))),
     }
@@ -452,6 +458,14 @@ mod tests {
         let short = &body[..body.len() - 3];
         let Reply::Ok { mut fields, .. } = decode_reply(short).unwrap() else { panic!("not ok") };
         assert!(decode_fields(&mut fields, &memory, None, &mut element().fields).is_err());
+    }
+
+    #[test]
+    fn a_filter_reply_carries_one_decision_per_element() {
+        let body = [3u8, 3, 0, 0, 0, 1, 0, 1];
+        let Reply::Kept(flags) = decode_reply(&body).unwrap() else { panic!("not a filter reply") };
+        assert_eq!(flags, [1, 0, 1]);
+        assert!(decode_reply(&body[..7]).is_err(), "a short reply is refused");
     }
 
     #[test]
