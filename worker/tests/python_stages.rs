@@ -196,3 +196,119 @@ fn bad_returns_and_imports_say_what_to_fix() {
         assert!(error.contains(expected), "{error}");
     }
 }
+
+/// Runs epoch 0 split by split: the batches and the sum of the `SplitDone` counts.
+fn run_counted(manifest: &granary_crds::Manifest, threads: usize, python: &Path) -> (Vec<Batch>, u64) {
+    use granary_worker::executor::{Output, Task};
+    let engine = open(manifest, threads, python);
+    let tasks: Vec<Task> = engine.split_order(0).into_iter().map(|s| Task::compute(0, s)).collect();
+    let (mut batches, mut elements) = (Vec::new(), 0);
+    for output in engine.run_tasks(Box::new(tasks.into_iter())) {
+        match output.unwrap_or_else(|e| panic!("{e}")) {
+            Output::Batch { batch, .. } => batches.push(batch),
+            Output::SplitDone { elements: n, .. } => elements += n,
+        }
+    }
+    (batches, elements)
+}
+
+fn keys_of(batches: &[Batch]) -> Vec<String> {
+    let mut keys: Vec<String> = batches.iter().flat_map(|b| b.keys.iter().cloned()).collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn python_filters_keep_what_the_function_keeps_element_wise_and_batched() {
+    let Some(python) = python() else { return };
+    let labels = dataset("py-filter", 30);
+    for (stage, keep) in [
+        ("    - op: python.filter\n      function: filter_stages:even_label", 2),
+        (
+            "    - op: python.filter\n      function: filter_stages:no_multiple_of_three\n      batched: true",
+            3,
+        ),
+    ] {
+        let m = manifest("py-filter", stage, 4);
+        let expected: Vec<String> = labels
+            .iter()
+            .filter(|(_, l)| if keep == 2 { *l % 2 == 0 } else { *l % 3 != 0 })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let (first, elements) = run_counted(&m, 1, &python);
+        assert_eq!(keys_of(&first), expected, "{stage}");
+        assert_eq!(elements, expected.len() as u64, "SplitDone counts what was kept: {stage}");
+        let (again, again_elements) = run_counted(&m, 2, &python);
+        assert_eq!(again, first, "{stage}");
+        assert_eq!(again_elements, elements);
+    }
+}
+
+#[test]
+fn a_random_python_filter_repeats_across_runs_and_thread_counts() {
+    let Some(python) = python() else { return };
+    dataset("py-coin", 40);
+    for stage in [
+        "    - op: python.filter\n      function: filter_stages:coin\n      args: {p: 0.5}",
+        "    - op: python.filter\n      function: filter_stages:coin_batched\n      batched: true",
+    ] {
+        let m = manifest("py-coin", stage, 8);
+        let (first, elements) = run_counted(&m, 1, &python);
+        assert!(elements > 0 && elements < 40, "a fair coin kept {elements} of 40: {stage}");
+        for threads in [2, 2] {
+            let (again, again_elements) = run_counted(&m, threads, &python);
+            assert_eq!(again, first, "{stage}");
+            assert_eq!(again_elements, elements, "{stage}");
+        }
+    }
+}
+
+#[test]
+fn a_batched_stage_after_a_filter_takes_the_members_left_in_each_block() {
+    let Some(python) = python() else { return };
+    let labels = dataset("py-filter-groups", 20);
+    let stages = "    - op: python.filter\n      function: filter_stages:even_label\n    - op: python.map\n      function: stages:group_size\n      batched: true";
+    let m = manifest("py-filter-groups", stages, 3);
+    let (batches, _) = run_counted(&m, 2, &python);
+    assert_eq!(run_counted(&m, 1, &python).0, batches);
+    let mut sizes: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| bytemuck::cast_slice::<u8, i64>(&b.tensor("group").unwrap().data).to_vec())
+        .collect();
+    sizes.sort();
+    // Splits of 8 files, blocks of 3 indices: each kept element reports how many of its block
+    // were kept.
+    let kept: Vec<bool> = labels.values().map(|l| l % 2 == 0).collect();
+    let mut expected = Vec::new();
+    for split in kept.chunks(8) {
+        for block in split.chunks(3) {
+            let n = block.iter().filter(|k| **k).count() as i64;
+            expected.extend(std::iter::repeat_n(n, n as usize));
+        }
+    }
+    expected.sort();
+    assert_eq!(sizes, expected);
+}
+
+#[test]
+fn a_python_filter_that_raises_or_returns_too_few_decisions_names_the_stage_and_element() {
+    let Some(python) = python() else { return };
+    dataset("py-filter-boom", 12);
+    let m = manifest(
+        "py-filter-boom",
+        "    - op: python.filter\n      name: keep\n      function: filter_stages:boom",
+        4,
+    );
+    let message = error_of(&m, &python);
+    assert!(message.contains("spec.stages[3] (`keep`)"), "{message}");
+    assert!(message.contains("failed on element `00005.jpg`"), "{message}");
+    assert!(message.contains("ValueError: cannot decide on 00005.jpg"), "{message}");
+
+    let m = manifest(
+        "py-filter-boom",
+        "    - op: python.filter\n      function: filter_stages:too_few\n      batched: true",
+        4,
+    );
+    let message = error_of(&m, &python);
+    assert!(message.contains("returned 1 decisions for a group of 4"), "{message}");
+}
