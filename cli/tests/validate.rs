@@ -133,6 +133,33 @@ fn python_functions_are_imported_and_checked() {
 }
 
 #[test]
+fn python_filter_functions_are_imported_and_checked_as_maps_are() {
+    let Some(python) = python() else { return };
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/good/filters.yaml");
+    let out = granary(&["validate".as_ref(), good.as_os_str(), "--python".as_ref(), python.as_ref()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("functions import and fit their stages in Python 3."), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(good.with_file_name("python_stage.py"), dir.path().join("python_stage.py")).unwrap();
+    for (name, function, expected) in [
+        ("missing.yaml", "python_stage:missing", "spec.stages[3].function: `python_stage` ("),
+        ("args.yaml", "python_stage:brighten_all", "unexpected keyword argument 'threshold'"),
+    ] {
+        let file = dir.path().join(name);
+        let manifest = std::fs::read_to_string(&good)
+            .unwrap()
+            .replace("function: python_stage:bright_enough", &format!("function: {function}"));
+        std::fs::write(&file, manifest).unwrap();
+        let out = granary(&["validate".as_ref(), file.as_os_str(), "--python".as_ref(), python.as_ref()]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stdout}");
+        assert!(stdout.contains(expected), "{name}: {stdout}");
+    }
+}
+
+#[test]
 fn several_files_report_each_and_fail_if_any_fails() {
     let good = specs("good");
     let bad = specs("bad");

@@ -10,3 +10,8 @@ def brighten(element, rng, factor=1.1):
 
 def brighten_all(batch):
     return {**batch, "image": np.clip(batch["image"].astype(np.float32) * 1.1, 0, 255).astype(np.uint8)}
+
+
+def bright_enough(element, threshold=40):
+    """A `python.filter` of filters.yaml: keeps images whose mean is at least `threshold`."""
+    return element["image"].mean() >= threshold
