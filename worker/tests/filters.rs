@@ -14,7 +14,7 @@ use granary_worker::ops::{BuildContext, BuildError, Operator};
 use granary_worker::seed::SeededRng;
 use granary_worker::source::SplitKind;
 use granary_worker::store::memory_store;
-use granary_worker::{Batch, Element, Engine, EngineOptions, Value};
+use granary_worker::{Batch, Element, Engine, EngineOptions, ImagePath, Value};
 use object_store::ObjectStoreExt;
 use object_store::path::Path as StorePath;
 use std::collections::{BTreeMap, BTreeSet};
@@ -184,7 +184,15 @@ fn a_cache_entry_written_before_a_filter_reads_back_as_computing() {
     );
     let filter = "    - {op: filter, predicate: image.min_size, minWidth: 60}";
     let cached = open(&image_manifest("flt-cache", filter, 4, &cache), 2, 1 << 20);
-    let reference = open(&image_manifest("flt-cache", filter, 4, ""), 2, 1 << 20);
+    // The pinned cut keeps the decode on its own, so the reference runs the stages separately
+    // too (the fast path crops with other rounding).
+    let options = EngineOptions {
+        threads: 2,
+        prefetch_bytes: 1 << 20,
+        image_path: ImagePath::Separate,
+        ..Default::default()
+    };
+    let reference = Engine::open(&image_manifest("flt-cache", filter, 4, ""), options).unwrap();
     let cut = 1;
     assert_eq!(cached.cache().unwrap().cuts.iter().map(|c| c.index).collect::<Vec<_>>(), [cut]);
     let tasks = |epoch: u32, cache: &dyn Fn(usize) -> CacheUse| -> Vec<Task> {
@@ -334,4 +342,44 @@ fn a_filter_error_names_the_stage_and_the_element() {
     assert!(error.contains("spec.stages[0] (`short`)"), "{error}");
     assert!(error.contains("failed on element `part-"), "{error}");
     assert!(error.contains("field `id`"), "{error}");
+}
+
+#[test]
+fn a_size_filter_after_the_decode_joins_the_fast_path_and_drops_what_the_separate_stages_drop() {
+    support::dataset("flt-fused", 32);
+    let m = image_manifest(
+        "flt-fused",
+        "    - {op: filter, predicate: image.min_size, minWidth: 60, minHeight: 40}",
+        4,
+        "",
+    );
+    let fused = open(&m, 2, 1 << 20);
+    assert_eq!(
+        fused.stages()[0].0,
+        "spec.stages[0..=3]",
+        "decode, filter, crop and flip run as one: {:?}",
+        fused.stages()
+    );
+    let separate = Engine::open(
+        &m,
+        EngineOptions {
+            threads: 2,
+            prefetch_bytes: 1 << 20,
+            image_path: ImagePath::Separate,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(separate.stages().len(), 4);
+    let (fast, fast_counts) = run(&fused);
+    let (slow, slow_counts) = run(&separate);
+    let order = |batches: &[Batch]| batches.iter().map(|b| b.keys.clone()).collect::<Vec<_>>();
+    assert_eq!(order(&fast), order(&slow), "the same elements kept, in the same order");
+    assert_eq!(fast_counts, slow_counts);
+    let expected: BTreeSet<String> = (0..32)
+        .filter(|&i| image_size(i).0 >= 60 && image_size(i).1 >= 40)
+        .map(|i| format!("{i:05}.jpg"))
+        .collect();
+    assert_eq!(keys(&fast), expected);
+    assert_eq!(comparable(&run(&open(&m, 1, 1 << 20)).0), comparable(&fast), "threads 1 and 2 agree");
 }

@@ -1,6 +1,8 @@
-//! The fast image path: `image.decode → image.random_resized_crop → [image.flip] →
-//! [image.normalize]` on one field, run as one operator.
+//! The fast image path: `image.decode → [filter image.min_size] → image.random_resized_crop →
+//! [image.flip] → [image.normalize]` on one field, run as one operator.
 //!
+//! - A size filter right after the decode is decided from the JPEG header: an image it drops is
+//!   never decoded.
 //! - The crop box is drawn from the JPEG header alone, then libjpeg-turbo decodes only that
 //!   window, DCT-scaled by the smallest `n/8` that keeps the crop at least as large as the
 //!   output ([`choose_scale`]).
@@ -20,11 +22,12 @@ use super::jpeg::{JpegInfo, Window, with_decoder};
 use super::normalize::Form;
 use super::{CropBox, RgbView, check_dimensions, resize_rgb};
 use crate::element::{Element, Value};
-use crate::ops::{OpError, Operator};
+use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use fast_image_resize as fr;
 use granary_crds::OpConfig;
+use granary_crds::ops::filter::Test;
 use std::cell::RefCell;
 
 const OP: &str = "image.decode";
@@ -54,10 +57,13 @@ pub fn choose_scale(crop_h: usize, crop_w: usize, out_h: usize, out_w: usize) ->
     SIMD_SCALES.into_iter().find(|&n| crop_h * n >= out_h * 8 && crop_w * n >= out_w * 8).unwrap_or(8)
 }
 
-/// `decode → random_resized_crop → [flip] → [normalize]` on one field, as one operator.
+/// `decode → [filter image.min_size] → random_resized_crop → [flip] → [normalize]` on one field,
+/// as one operator.
 #[derive(Clone, Debug)]
 pub struct FusedCropOp {
     field: String,
+    /// The least (width, height) a fused `image.min_size` filter keeps.
+    min_size: Option<(usize, usize)>,
     size: usize,
     scale: [f64; 2],
     ratio: [f64; 2],
@@ -69,20 +75,30 @@ pub struct FusedCropOp {
 impl FusedCropOp {
     /// Recognizes the fusable run at the start of `configs` and returns the operator with the
     /// number of stages it replaces; `None` when the stages do not start with
-    /// `image.decode → image.random_resized_crop` on one field.
+    /// `image.decode → [filter image.min_size] → image.random_resized_crop` on one field.
     pub fn fuse(configs: &[OpConfig], path: ImagePath) -> Option<(FusedCropOp, usize)> {
         if path == ImagePath::Separate {
             return None;
         }
-        let [OpConfig::ImageDecode(decode), OpConfig::ImageRandomResizedCrop(rrc), rest @ ..] = configs
-        else {
-            return None;
-        };
+        let [OpConfig::ImageDecode(decode), rest @ ..] = configs else { return None };
+        let mut used = 1;
+        let mut min_size = None;
+        let mut rest = rest;
+        if let [OpConfig::Filter(filter), tail @ ..] = rest
+            && let Some(Test::MinSize { field, min_width, min_height }) = filter.test()
+            && field == decode.field
+        {
+            min_size = Some((min_width as usize, min_height as usize));
+            used += 1;
+            rest = tail;
+        }
+        let [OpConfig::ImageRandomResizedCrop(rrc), rest @ ..] = rest else { return None };
         if rrc.field != decode.field {
             return None;
         }
         let mut op = FusedCropOp {
             field: decode.field.clone(),
+            min_size,
             size: rrc.size as usize,
             scale: rrc.scale,
             ratio: rrc.ratio,
@@ -90,7 +106,7 @@ impl FusedCropOp {
             form: Form::raw(),
             decode_only: path == ImagePath::DecodeOnly,
         };
-        let mut used = 2;
+        used += 1;
         let mut rest = rest.iter();
         let mut next = rest.next();
         if let Some(OpConfig::ImageFlip(flip)) = next
@@ -121,27 +137,45 @@ impl FusedCropOp {
         })
     }
 
-    /// The generic path: a full decode by the `image` crate, then the same crop, flip and form.
-    fn generic(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Tensor, OpError> {
+    /// Whether a fused size filter drops an image of `height × width` (when `filter` is on).
+    fn drops(&self, filter: bool, height: usize, width: usize) -> bool {
+        filter && self.min_size.is_some_and(|(min_w, min_h)| width < min_w || height < min_h)
+    }
+
+    /// The generic path: a full decode by the `image` crate, then the same filter, crop, flip
+    /// and form.
+    fn generic(&self, bytes: &[u8], rng: &mut SeededRng, filter: bool) -> Result<Option<Tensor>, OpError> {
         let field = &self.field;
         let (h, w, pixels) =
             decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?;
+        if self.drops(filter, h, w) {
+            return Ok(None);
+        }
         let region = rrc_params(h, w, self.scale, self.ratio, rng);
         let src = RgbView { height: h, width: w, data: &pixels };
         let resized = resize_rgb("image.random_resized_crop", src, Some(region), self.size, self.size)?;
         let flip = self.flip.is_some_and(|p| rng.uniform() < p);
-        Ok(self.form.emit(&resized, self.size, self.size, flip))
+        Ok(Some(self.form.emit(&resized, self.size, self.size, flip)))
     }
 
-    /// The fast path for a JPEG libjpeg-turbo can window; `Ok(None)` sends it to the generic
-    /// path (before any random draw).
-    fn windowed(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Option<Tensor>, OpError> {
+    /// The fast path for a JPEG libjpeg-turbo can window: `Ok(None)` sends it to the generic
+    /// path (before any random draw), `Ok(Some(None))` says the size filter dropped it (from the
+    /// header, before decoding anything).
+    fn windowed(
+        &self,
+        bytes: &[u8],
+        rng: &mut SeededRng,
+        filter: bool,
+    ) -> Result<Option<Option<Tensor>>, OpError> {
         let field = &self.field;
         let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(field, why))?;
         if !info.windowable {
             return Ok(None);
         }
         check_dimensions(OP, "the JPEG", info.height, info.width)?;
+        if self.drops(filter, info.height, info.width) {
+            return Ok(Some(None));
+        }
         let region = rrc_params(info.height, info.width, self.scale, self.ratio, rng);
         let plan = plan_window(&info, region, self.size);
         WINDOW.with(|cell| {
@@ -149,9 +183,9 @@ impl FusedCropOp {
             let window = decode_planned(bytes, field, &info, &plan, &mut buffer)?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
-                return Ok(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) }));
+                return Ok(Some(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) })));
             }
-            self.finish(window, plan.crop, rng).map(Some)
+            self.finish(window, plan.crop, rng).map(|t| Some(Some(t)))
         })
     }
 }
@@ -264,16 +298,31 @@ pub fn resize_into(src: RgbView<'_>, crop: [f64; 4], size: usize, out: &mut Vec<
     RESIZER.with(|r| r.borrow_mut().resize(&around, &mut dst, &options)).map_err(|e| fail(&e))
 }
 
-impl Operator for FusedCropOp {
-    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
+impl FusedCropOp {
+    /// Runs the fused stages on `element`; with `filter`, a fused size filter may drop it (and
+    /// leave it as it was).
+    fn process(&self, element: &mut Element, rng: &mut SeededRng, filter: bool) -> Result<Fate, OpError> {
         let bytes = encoded_bytes(element, &self.field)?;
-        let fast = if bytes.starts_with(JPEG_MAGIC) { self.windowed(bytes, rng)? } else { None };
-        let tensor = match fast {
-            Some(tensor) => tensor,
-            None => self.generic(bytes, rng)?,
+        let fast = if bytes.starts_with(JPEG_MAGIC) { self.windowed(bytes, rng, filter)? } else { None };
+        let made = match fast {
+            Some(made) => made,
+            None => self.generic(bytes, rng, filter)?,
         };
+        let Some(tensor) = made else { return Ok(Fate::Drop) };
         element.set(&self.field, Value::Tensor(tensor));
-        Ok(())
+        Ok(Fate::Keep)
+    }
+}
+
+impl Operator for FusedCropOp {
+    /// Decodes, crops and so on; a fused size filter only says what it decides in
+    /// [`Operator::run`], as a filter's `apply` does.
+    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
+        self.process(element, rng, false).map(|_| ())
+    }
+
+    fn run(&self, element: &mut Element, rng: &mut SeededRng) -> Result<Fate, OpError> {
+        self.process(element, rng, true)
     }
 }
 
@@ -312,6 +361,20 @@ mod tests {
             "[{op: image.decode}, {op: image.random_resized_crop, size: 8}, {op: image.flip, field: x}, {op: image.normalize}]",
         );
         assert_eq!(FusedCropOp::fuse(&flip_other, ImagePath::Fused).map(|(_, n)| n), Some(2));
+        // A size filter on the field between the decode and the crop joins; others do not.
+        let filtered = configs(
+            "[{op: image.decode}, {op: filter, predicate: image.min_size, minWidth: 9}, {op: image.random_resized_crop, size: 8}, {op: image.flip}]",
+        );
+        let (op, n) = FusedCropOp::fuse(&filtered, ImagePath::Fused).unwrap();
+        assert_eq!((n, op.min_size), (4, Some((9, 0))));
+        let text = configs(
+            "[{op: image.decode}, {op: filter, predicate: text.length, unit: chars, min: 1}, {op: image.random_resized_crop, size: 8}]",
+        );
+        assert!(FusedCropOp::fuse(&text, ImagePath::Fused).is_none());
+        let elsewhere = configs(
+            "[{op: image.decode}, {op: filter, predicate: image.min_size, minWidth: 9, field: x}, {op: image.random_resized_crop, size: 8}]",
+        );
+        assert!(FusedCropOp::fuse(&elsewhere, ImagePath::Fused).is_none());
     }
 
     #[test]
