@@ -5,7 +5,7 @@
 
 use crate::config::WorkerSettings;
 use granary_crds::InputPipeline;
-use granary_crds::ops::PythonMap;
+use granary_crds::ops::{Family, op_info};
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, EnvVar, Volume, VolumeMount};
 
 /// Where the ConfigMap of `spec.python.configMap` is mounted in the worker container; the
@@ -43,9 +43,14 @@ pub fn python_image(configured: Option<&str>, worker_image: &str) -> String {
     }
 }
 
-/// Whether `pipeline` has a `python.map` stage.
+/// Whether `pipeline` has a Python stage (`python.map`, `python.filter`): the registry's
+/// family says which operators run user code.
 pub fn has_python_stages(pipeline: &InputPipeline) -> bool {
-    pipeline.spec.stages.iter().any(|stage| stage.op == PythonMap::OP)
+    pipeline
+        .spec
+        .stages
+        .iter()
+        .any(|stage| op_info(&stage.op).is_some_and(|info| info.family == Family::Python))
 }
 
 /// The image of `pipeline`'s workers: `spec.workers.image`; else, for a pipeline with
@@ -159,10 +164,10 @@ mod tests {
         }
     }
 
-    /// The Python-capable image: only for pipelines with `python.map` stages and no image of
-    /// their own.
+    /// The Python-capable image: only for pipelines with Python stages (`python.map`,
+    /// `python.filter`) and no image of their own.
     #[test]
-    fn pipelines_with_python_map_stages_get_the_python_image() {
+    fn pipelines_with_python_stages_get_the_python_image() {
         let chart = settings().image;
         let mixed = json!({"stages": [{"op": "test.sleep", "ms": 0},
                                       {"op": "python.map", "function": "m:f", "batched": true}]});
@@ -172,6 +177,7 @@ mod tests {
             (python_stage(), PYTHON_IMAGE),
             (mixed, PYTHON_IMAGE),
             (json!({"python": {"configMap": "code"}}), chart.as_str()),
+            (json!({"stages": [{"op": "python.filter", "function": "m:keep"}]}), PYTHON_IMAGE),
         ];
         for (spec, image) in table {
             let pod = pod(spec.clone());
