@@ -12,6 +12,7 @@
 use super::{EngineCache, record};
 use crate::element::Element;
 use crate::executor::Plan;
+use crate::ops::Fate;
 use crate::seed::SeededRng;
 use crate::source::Source;
 use bytes::Bytes;
@@ -166,16 +167,25 @@ fn sample(
             break;
         }
         let mut rng = SeededRng::for_element(plan.seed, 0, split_id, index);
+        // A filter that drops the element ends its run, as in the executor: the stages after it
+        // cost nothing for it, so their time per sampled element counts only the survivors.
+        let mut dropped = false;
         for (j, (stage, nanos)) in plan.stages.iter().zip(stage_nanos.iter_mut()).enumerate() {
             kept.at(&cuts, j, &element, limits.cut_bytes);
             let t = Stopwatch::start();
-            stage
+            let fate = stage
                 .op
-                .apply(&mut element, &mut rng)
+                .run(&mut element, &mut rng)
                 .map_err(|e| format!("{} failed on `{}`: {}", stage.path, element.key, e.0))?;
             *nanos += t.elapsed().as_nanos();
+            if fate == Fate::Drop {
+                dropped = true;
+                break;
+            }
         }
-        kept.at(&cuts, plan.stages.len(), &element, limits.cut_bytes);
+        if !dropped {
+            kept.at(&cuts, plan.stages.len(), &element, limits.cut_bytes);
+        }
         n += 1;
     }
     let Kept { records, serialize_nanos, .. } = kept;
