@@ -7,10 +7,11 @@
 //! id and the leases held.
 
 use super::delivery::CountedSplit;
+use super::delivery::{Event, Sinks};
 use super::exposition::{Exposition, Totals};
 use super::leases::Leases;
 use super::metrics::{Counters, Inputs, Sampler};
-use super::producer::{Event, Producer, ProducerError, Sinks};
+use super::producer::{Producer, ProducerError};
 use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::{EngineError, EngineOptions};
 use granary_proto::v1::dispatcher_client::DispatcherClient;

@@ -1,19 +1,79 @@
 //! Handing a computed split to its consumers: each routed part into the queues of its
-//! consumers, then the split's ends, then the report to the agent.
+//! consumers, then the split's ends, then the report to the agent ([`Event`]).
 //!
 //! A split whose output count was known when it was leased is delivered as its batches come out
 //! of the engine. A split of a pipeline that filters or packs is computed first and held
 //! ([`CountedSplit`]): the agent reports its count to the dispatcher, and delivers it once the
 //! dispatcher answers with its parts.
 
-use super::producer::Event;
-use super::queues::{ConsumerKey, Pushed, delivery};
+use super::metrics::Counters;
+use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
 use crate::batch::Batch;
 use crate::cache::CacheOutcome;
 use granary_proto::v1::{self as pb, Lease, Normalize, SplitEnd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::mpsc;
+
+/// What a producer thread reports to the agent.
+#[derive(Debug)]
+pub enum Event {
+    /// A leased split was computed and its parts and ends queued; `delivered` resolves once
+    /// every consumer stream took the split's end (or the consumer was dropped).
+    Produced {
+        /// The lease.
+        lease_id: u64,
+        /// Elements the split produced.
+        elements: u64,
+        /// Resolves when the split was handed over.
+        delivered: Delivered,
+        /// What the cache did for the split.
+        cache: pb::CacheOutcome,
+    },
+    /// A split whose output count was unknown when leased was computed and is held: report its
+    /// count, and deliver it by the parts the dispatcher answers with.
+    Counted(CountedSplit),
+    /// A split whose lease was revoked finished computing; nothing was routed.
+    Abandoned {
+        /// The lease.
+        lease_id: u64,
+    },
+    /// The cache profile of a pipeline, measured beside its first splits.
+    CacheProfile {
+        /// Pipeline name.
+        pipeline: String,
+        /// Pipeline generation of the engine.
+        generation: u64,
+        /// What was measured.
+        profile: pb::CacheProfile,
+    },
+    /// The execution failed; the engine is gone and these leases were not produced.
+    Failed {
+        /// Pipeline name.
+        pipeline: String,
+        /// Pipeline generation of the engine.
+        generation: u64,
+        /// Leases fed to the engine and not produced.
+        leases: Vec<u64>,
+        /// The lease whose split failed, when the failure was in its data (an element a stage
+        /// could not take, a source read): the dispatcher counts it against the split.
+        culprit: Option<u64>,
+        /// What failed.
+        error: String,
+    },
+}
+
+/// What producers share with the rest of the worker.
+#[derive(Clone)]
+pub struct Sinks {
+    /// Consumer queues.
+    pub queues: Arc<Queues>,
+    /// Counters for the metrics.
+    pub counters: Arc<Counters>,
+    /// Reports to the agent.
+    pub events: mpsc::UnboundedSender<Event>,
+}
 
 /// A leased split on its way to its consumers.
 pub(crate) struct Job {
@@ -26,7 +86,7 @@ pub(crate) struct Job {
 /// What delivering needs: the queues and counters, and the pipeline's wire settings.
 pub(crate) struct Delivery {
     /// Consumer queues, counters and the agent's events.
-    pub(crate) sinks: super::producer::Sinks,
+    pub(crate) sinks: Sinks,
     /// The image field whose final normalization the consumers apply, and its parameters.
     pub(crate) deferred: Option<(String, Normalize)>,
     /// Elements per batch.

@@ -7,8 +7,8 @@
 //! split's outputs with the lease at the front.
 
 use super::delivery::{CountedSplit, Delivery, Job};
-use super::metrics::{Counters, StageSource};
-use super::queues::{Delivered, Queues};
+use super::delivery::{Event, Sinks};
+use super::metrics::StageSource;
 use super::router::SplitRouter;
 use crate::cache::profile::{Limits, Profiler};
 use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
@@ -20,54 +20,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{mpsc, oneshot};
-
-/// What a producer thread reports to the agent.
-#[derive(Debug)]
-pub enum Event {
-    /// A leased split was computed and its parts and ends queued; `delivered` resolves once
-    /// every consumer stream took the split's end (or the consumer was dropped).
-    Produced {
-        /// The lease.
-        lease_id: u64,
-        /// Elements the split produced.
-        elements: u64,
-        /// Resolves when the split was handed over.
-        delivered: Delivered,
-        /// What the cache did for the split.
-        cache: pb::CacheOutcome,
-    },
-    /// A split whose output count was unknown when leased was computed and is held: report its
-    /// count, and deliver it by the parts the dispatcher answers with.
-    Counted(CountedSplit),
-    /// A split whose lease was revoked finished computing; nothing was routed.
-    Abandoned {
-        /// The lease.
-        lease_id: u64,
-    },
-    /// The cache profile of a pipeline, measured beside its first splits.
-    CacheProfile {
-        /// Pipeline name.
-        pipeline: String,
-        /// Pipeline generation of the engine.
-        generation: u64,
-        /// What was measured.
-        profile: pb::CacheProfile,
-    },
-    /// The execution failed; the engine is gone and these leases were not produced.
-    Failed {
-        /// Pipeline name.
-        pipeline: String,
-        /// Pipeline generation of the engine.
-        generation: u64,
-        /// Leases fed to the engine and not produced.
-        leases: Vec<u64>,
-        /// The lease whose split failed, when the failure was in its data (an element a stage
-        /// could not take, a source read): the dispatcher counts it against the split.
-        culprit: Option<u64>,
-        /// What failed.
-        error: String,
-    },
-}
 
 /// Why a producer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -94,17 +46,6 @@ pub enum ProducerError {
     /// The thread ended before reporting.
     #[error("pipeline `{0}`: the producer thread stopped before its engine opened")]
     Stopped(String),
-}
-
-/// What producers share with the rest of the worker.
-#[derive(Clone)]
-pub struct Sinks {
-    /// Consumer queues.
-    pub queues: Arc<Queues>,
-    /// Counters for the metrics.
-    pub counters: Arc<Counters>,
-    /// Reports to the agent.
-    pub events: mpsc::UnboundedSender<Event>,
 }
 
 /// Where leases enter the thread: `None` once closed.
