@@ -27,7 +27,7 @@ pub use self::kind::Kind;
 pub use self::python::{PythonCall, PythonFilter, PythonMap, PythonRole};
 pub use self::table::{Cast, Select};
 pub use self::test::Sleep;
-pub use self::text::{Tokenize, TruncatePad};
+pub use self::text::{Tokenize, Truncate, TruncatePad};
 
 /// A parsed stage: the operator and its typed fields.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +48,8 @@ pub enum OpConfig {
     TextTokenize(Tokenize),
     /// `text.truncate_pad`
     TextTruncatePad(TruncatePad),
+    /// `text.truncate`
+    TextTruncate(Truncate),
     /// `table.select`
     TableSelect(Select),
     /// `table.cast`
@@ -175,6 +177,16 @@ pub const OPS: &[OpInfo] = &[
         deterministic: Determinism::Always,
         count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TextTruncatePad),
+    },
+    OpInfo {
+        name: Truncate::OP,
+        family: Family::Text,
+        field: None,
+        input: Kind::Tokens,
+        output: Kind::Tokens,
+        deterministic: Determinism::Always,
+        count: Count::Same,
+        parse: |v| typed(v).map(OpConfig::TextTruncate),
     },
     OpInfo {
         name: Select::OP,
@@ -323,6 +335,7 @@ impl OpConfig {
             OpConfig::ImageNormalize(_) => Normalize::OP,
             OpConfig::TextTokenize(_) => Tokenize::OP,
             OpConfig::TextTruncatePad(_) => TruncatePad::OP,
+            OpConfig::TextTruncate(_) => Truncate::OP,
             OpConfig::TableSelect(_) => Select::OP,
             OpConfig::TableCast(_) => Cast::OP,
             OpConfig::TestSleep(_) => Sleep::OP,
@@ -352,6 +365,7 @@ impl OpConfig {
             OpConfig::ImageNormalize(c) => c.check(path, problems),
             OpConfig::TextTokenize(c) => c.check(path, problems),
             OpConfig::TextTruncatePad(c) => c.check(path, problems),
+            OpConfig::TextTruncate(c) => c.check(path, problems),
             OpConfig::TableSelect(c) => c.check(path, problems),
             OpConfig::TableCast(c) => c.check(path, problems),
             OpConfig::TestSleep(c) => c.check(path, problems),

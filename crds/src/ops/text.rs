@@ -32,6 +32,24 @@ pub struct TruncatePad {
     pub pad_id: i64,
 }
 
+/// `text.truncate`: cuts token tensors (1-D, from `text.tokenize`) to at most `length` tokens,
+/// without padding; shorter ones keep their length.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Truncate {
+    /// Most tokens kept per sequence, at least 1.
+    #[schemars(range(min = 1))]
+    pub length: u32,
+    /// Token fields cut, each a 1-D integer tensor. Defaults to `input_ids` and
+    /// `attention_mask`.
+    #[serde(default = "default_token_fields")]
+    pub fields: Vec<String>,
+}
+
+fn default_token_fields() -> Vec<String> {
+    vec!["input_ids".to_string(), "attention_mask".to_string()]
+}
+
 fn default_true() -> bool {
     true
 }
@@ -63,6 +81,28 @@ impl TruncatePad {
         }
         if self.pad_id < 0 {
             problems.push(Problem::new(format!("{path}.padId"), "must be >= 0"));
+        }
+    }
+}
+
+impl Truncate {
+    /// The `op` name: `text.truncate`.
+    pub const OP: &str = "text.truncate";
+
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        if self.length == 0 {
+            problems.push(Problem::new(format!("{path}.length"), "must be > 0"));
+        }
+        if self.fields.is_empty() {
+            problems.push(Problem::new(format!("{path}.fields"), "must name at least one field"));
+        }
+        for (i, field) in self.fields.iter().enumerate() {
+            if field.is_empty() {
+                problems.push(Problem::new(format!("{path}.fields[{i}]"), "must not be empty"));
+            } else if self.fields[..i].contains(field) {
+                problems
+                    .push(Problem::new(format!("{path}.fields[{i}]"), format!("`{field}` is listed twice")));
+            }
         }
     }
 }

@@ -2,4 +2,5 @@
 //! padding to a fixed length.
 
 pub mod tokenize;
+pub mod truncate;
 pub mod truncate_pad;
