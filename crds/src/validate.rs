@@ -8,7 +8,7 @@
 
 pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
 use crate::ops::filter::TOKENS_FIELD;
-use crate::ops::{Count, Family, Filter, FormatFit, Kind, OpInfo, op_info, producer_of};
+use crate::ops::{Count, Family, Filter, FormatFit, Kind, OpInfo, TruncatePad, op_info, producer_of};
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
@@ -308,7 +308,7 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
             problems.push(Problem::new(
                 format!("{path}.op"),
                 format!(
-                    "`{op}` cuts and pads the token ids `{tokenizer}` produces, but no earlier stage \
+                    "`{op}` works on the token ids `{tokenizer}` produces, but no earlier stage \
                      tokenizes; add a `{tokenizer}` stage before it"
                 ),
             ));
@@ -317,7 +317,8 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
             tokenized.get_or_insert(i);
             if info.input == Kind::Text {
                 consumed.insert(stage_field(stage, info), i);
-            } else {
+            } else if stage.op == TruncatePad::OP {
+                // It pads every sequence to one length (`text.truncate` only caps them).
                 padded.get_or_insert(i);
             }
         }

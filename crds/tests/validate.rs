@@ -175,3 +175,28 @@ fn empty_stages_and_ranges() {
     s.batch.size = 1_000_001;
     assert!(paths(&validate(&s)).contains(&"spec.batch.size"));
 }
+
+/// `text.truncate` caps lengths without making them equal, so a token-length filter after it is
+/// fine; after `text.truncate_pad`, which pads every sequence to one length, it is refused.
+#[test]
+fn a_token_filter_after_truncate_is_accepted_and_after_truncate_pad_refused() {
+    let spec = |cut: &str| {
+        serde_json::from_value::<granary_crds::InputPipelineSpec>(serde_json::json!({
+            "source": {"url": "file:///data/", "format": "jsonl"},
+            "stages": [
+                {"op": "text.tokenize", "tokenizer": "tokenizer.json"},
+                serde_json::from_str::<serde_json::Value>(cut).unwrap(),
+                {"op": "filter", "predicate": "text.length", "unit": "tokens", "min": 4}
+            ],
+            "batch": {"size": 8}
+        }))
+        .unwrap()
+    };
+    let problems = granary_crds::validate(&spec(r#"{"op": "text.truncate", "length": 16}"#));
+    assert!(problems.is_empty(), "{problems:?}");
+    let problems = granary_crds::validate(&spec(r#"{"op": "text.truncate_pad", "length": 16}"#));
+    assert!(
+        problems.iter().any(|p| p.path == "spec.stages[2].op" && p.message.contains("same length")),
+        "{problems:?}"
+    );
+}
