@@ -27,22 +27,10 @@ pub(super) fn splits(
     spec: &SourceSpec,
     objects: Vec<ObjectMeta>,
 ) -> Result<Vec<Split>, SourceError> {
-    let splits: Vec<Split> = objects
-        .into_iter()
-        .filter(|o| o.location.filename().is_some_and(is_csv_name))
-        .enumerate()
-        .map(|(i, o)| {
-            let delimiter = spec.csv_delimiter(o.location.filename().unwrap_or_default());
-            Split {
-                id: i as u64,
-                kind: SplitKind::Csv { object: Object { location: o.location, size: o.size }, delimiter },
-            }
-        })
-        .collect();
-    if splits.is_empty() {
-        return Err(SourceError::Empty { url: located.url.to_string(), format: "csv" });
-    }
-    Ok(splits)
+    super::one_per_object(located, objects, "csv", is_csv_name, |object, name| SplitKind::Csv {
+        object,
+        delimiter: spec.csv_delimiter(name),
+    })
 }
 
 /// The value of one cell (see the module's documentation).

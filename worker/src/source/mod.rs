@@ -151,12 +151,20 @@ impl Source {
         let identity = identity(&objects);
         let splits = match spec.format {
             SourceFormat::Files => files::splits(&located, spec, objects, batch_size).await?,
-            SourceFormat::Webdataset => {
-                one_per_object(&located, objects, &[".tar"], "webdataset", SplitKind::Shard)?
-            }
-            SourceFormat::Jsonl => {
-                one_per_object(&located, objects, &[".jsonl", ".ndjson"], "jsonl", SplitKind::Jsonl)?
-            }
+            SourceFormat::Webdataset => one_per_object(
+                &located,
+                objects,
+                "webdataset",
+                |n| n.ends_with(".tar"),
+                |o, _| SplitKind::Shard(o),
+            )?,
+            SourceFormat::Jsonl => one_per_object(
+                &located,
+                objects,
+                "jsonl",
+                |n| n.ends_with(".jsonl") || n.ends_with(".ndjson"),
+                |o, _| SplitKind::Jsonl(o),
+            )?,
             SourceFormat::Parquet => parquet::splits(&located, objects).await?,
             SourceFormat::Tfrecord => tfrecord::splits(&located, spec, objects)?,
             SourceFormat::Csv => self::csv::splits(&located, spec, objects)?,
@@ -249,18 +257,23 @@ async fn list(located: &Located) -> Result<Vec<ObjectMeta>, SourceError> {
     Ok(objects)
 }
 
-fn one_per_object(
+/// One split per listed object whose file name `accept`s, numbered in listing order; `kind` makes
+/// each split from its object and file name. No such object is an error naming `format`.
+pub(super) fn one_per_object(
     located: &Located,
     objects: Vec<ObjectMeta>,
-    extensions: &[&str],
     format: &'static str,
-    kind: fn(Object) -> SplitKind,
+    accept: impl Fn(&str) -> bool,
+    kind: impl Fn(Object, &str) -> SplitKind,
 ) -> Result<Vec<Split>, SourceError> {
     let splits: Vec<Split> = objects
         .into_iter()
-        .filter(|o| extensions.iter().any(|ext| o.location.as_ref().ends_with(ext)))
+        .filter(|o| o.location.filename().is_some_and(&accept))
         .enumerate()
-        .map(|(i, o)| Split { id: i as u64, kind: kind(Object { location: o.location, size: o.size }) })
+        .map(|(i, o)| {
+            let name = o.location.filename().unwrap_or_default().to_string();
+            Split { id: i as u64, kind: kind(Object { location: o.location, size: o.size }, &name) }
+        })
         .collect();
     if splits.is_empty() {
         return Err(SourceError::Empty { url: located.url.to_string(), format });

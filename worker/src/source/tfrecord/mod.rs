@@ -47,22 +47,9 @@ pub(super) fn splits(
     spec: &SourceSpec,
     objects: Vec<ObjectMeta>,
 ) -> Result<Vec<Split>, SourceError> {
-    let splits: Vec<Split> = objects
-        .into_iter()
-        .filter(|o| o.location.filename().is_some_and(is_tfrecord_name))
-        .enumerate()
-        .map(|(i, o)| {
-            let gzip = spec.gzip(o.location.filename().unwrap_or_default());
-            Split {
-                id: i as u64,
-                kind: SplitKind::Tfrecord { object: Object { location: o.location, size: o.size }, gzip },
-            }
-        })
-        .collect();
-    if splits.is_empty() {
-        return Err(SourceError::Empty { url: located.url.to_string(), format: "tfrecord" });
-    }
-    Ok(splits)
+    super::one_per_object(located, objects, "tfrecord", is_tfrecord_name, |object, name| {
+        SplitKind::Tfrecord { object, gzip: spec.gzip(name) }
+    })
 }
 
 pub(super) fn read(
