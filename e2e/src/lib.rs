@@ -79,6 +79,21 @@ pub struct Dataset {
     pub keys: Vec<String>,
 }
 
+/// `granary demo --no-run`'s `images` JPEGs (160 to 400 pixels a side) in a new temporary
+/// folder; returns it and the folder of the images (`images/train`, beside `labels.jsonl`).
+pub fn demo_images(images: usize) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = Command::new(granary_bin())
+        .args(["demo", "--no-run", "--images", &images.to_string(), "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .status()
+        .expect("granary demo runs");
+    assert!(status.success(), "granary demo failed");
+    let train = dir.path().join("images/train");
+    (dir, train)
+}
+
 /// Generates `images` JPEGs and writes a manifest: 32×32 uint8 crops, batches of `batch`,
 /// splits of `files_per_split`, `epochs` epochs.
 pub fn dataset(images: usize, batch: u32, files_per_split: u32, epochs: u32) -> Dataset {
@@ -95,15 +110,7 @@ pub fn large_dataset(images: usize, batch: u32, files_per_split: u32, epochs: u3
 /// [`dataset`] with `extra` stage lines after the flip (224×224 crops when there are any).
 pub fn dataset_with(images: usize, batch: u32, files_per_split: u32, epochs: u32, extra: &str) -> Dataset {
     let size = if extra.is_empty() { 32 } else { 224 };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let status = Command::new(granary_bin())
-        .args(["demo", "--no-run", "--images", &images.to_string(), "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .status()
-        .expect("granary demo runs");
-    assert!(status.success(), "granary demo failed");
-    let train = dir.path().join("images/train");
+    let (dir, train) = demo_images(images);
     let mut keys: Vec<String> = std::fs::read_dir(&train)
         .expect("images")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -5,7 +5,6 @@
 
 use granary_e2e::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(180);
@@ -21,15 +20,7 @@ fn filtered(
     files_per_split: u32,
     epochs: u32,
 ) -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let status = Command::new(granary_bin())
-        .args(["demo", "--no-run", "--images", &images.to_string(), "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .status()
-        .expect("granary demo runs");
-    assert!(status.success(), "granary demo failed");
-    let train = dir.path().join("images/train");
+    let (dir, train) = demo_images(images);
     let mut kept: Vec<String> = Vec::new();
     let mut all = 0;
     for entry in std::fs::read_dir(&train).expect("images") {
