@@ -63,7 +63,7 @@ fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
     crate::source::check_source_url(&source.url, problems);
     crate::source::check_source_options(source, problems);
     if source.format != SourceFormat::Files {
-        let format = format_name(source.format);
+        let format = source.format.name();
         if source.labels.is_some() {
             problems.push(Problem::new(
                 "spec.source.labels",
@@ -91,17 +91,6 @@ fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
     if source.files_per_split == Some(0) {
         problems
             .push(Problem::new("spec.source.filesPerSplit", "must be >= 1; remove it for the default 64"));
-    }
-}
-
-fn format_name(format: SourceFormat) -> &'static str {
-    match format {
-        SourceFormat::Files => "files",
-        SourceFormat::Webdataset => "webdataset",
-        SourceFormat::Jsonl => "jsonl",
-        SourceFormat::Parquet => "parquet",
-        SourceFormat::Tfrecord => "tfrecord",
-        SourceFormat::Csv => "csv",
     }
 }
 
@@ -209,7 +198,7 @@ fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
 }
 
 fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<Problem>) {
-    let name = format_name(format);
+    let name = format.name();
     for fam in Family::ALL {
         let Some(FormatFit { formats, needs }) = fam.format_fit() else { continue };
         if formats.contains(&format) {
