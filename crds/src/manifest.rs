@@ -908,7 +908,12 @@ fn decode_spec(value: &Json, base_dir: &Path, problems: &mut Vec<Problem>) -> Op
         }
     }
     let mut spec = decoded?;
-    spec.source.url = resolve_url(&spec.source.url, base_dir);
+    if let Some(source) = spec.source.as_mut() {
+        source.url = resolve_url(&source.url, base_dir);
+    }
+    for mixed in &mut spec.sources {
+        mixed.source.url = resolve_url(&mixed.source.url, base_dir);
+    }
     if let Some(cache) = spec.cache.as_mut()
         && let Some(store) = cache.store.as_mut()
     {

@@ -1,5 +1,6 @@
 //! The `InputPipeline` resource and its spec.
 
+use crate::mixing::{Input, InputPath, MixingSpec, SINGLE_SOURCE_NAME, WeightedSource};
 use crate::{CacheSpec, InputPipelineStatus, PythonSpec, ScalingSpec, SourceSpec, StageSpec, WorkersSpec};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -26,8 +27,28 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InputPipelineSpec {
-    /// Where the samples live and how they are stored.
-    pub source: SourceSpec,
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.source) != has(self.sources)",
+        "message": "give exactly one of `source` (one dataset) and `sources` (datasets mixed by weight)"
+    },
+    {
+        "rule": "has(self.sources) || !has(self.mixing)",
+        "message": "`mixing` applies only to `sources`"
+    }
+]))]
+    /// Where the samples live and how they are stored. Give this or `sources`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceSpec>,
+    /// Several datasets mixed into one stream by weight, instead of `source`. Each draw takes
+    /// `mixing.block` elements from one source, chosen by a sampler seeded by `seed` and the
+    /// epoch, so that each source's share of every epoch follows the weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 64))]
+    pub sources: Vec<WeightedSource>,
+    /// How `sources` are mixed: when an epoch ends, and how many elements one draw takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixing: Option<MixingSpec>,
     /// Operators applied to every element, in order. At least one.
     #[schemars(length(min = 1))]
     pub stages: Vec<StageSpec>,
@@ -61,6 +82,39 @@ pub struct InputPipelineSpec {
 }
 
 fn default_epochs() -> u32 {
+impl InputPipelineSpec {
+    /// The pipeline's inputs: its single `source`, or each of `sources`, in order. Split ids are
+    /// numbered across them in this order.
+    pub fn inputs(&self) -> Vec<Input<'_>> {
+        match &self.source {
+            Some(source) => {
+                vec![Input { name: SINGLE_SOURCE_NAME, path: InputPath::Single, source, weight: 1.0 }]
+            }
+            None => self
+                .sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Input {
+                    name: &s.name,
+                    path: InputPath::Mixed(i),
+                    source: &s.source,
+                    weight: s.weight,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether several sources are mixed (`spec.sources`).
+    pub fn is_mixed(&self) -> bool {
+        self.source.is_none() && !self.sources.is_empty()
+    }
+
+    /// The single source, or the first of `sources` (for settings that every source shares).
+    pub fn first_source(&self) -> Option<&SourceSpec> {
+        self.source.as_ref().or_else(|| self.sources.first().map(|s| &s.source))
+    }
+}
+
     1
 }
 

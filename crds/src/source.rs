@@ -138,27 +138,28 @@ impl SourceSpec {
     }
 }
 
-/// Checks the format-specific options of `spec.source`: `compression` only with `tfrecord`, a
-/// `delimiter` only with `csv`, and one that can be a delimiter. Problems go to `problems`.
-pub fn check_source_options(source: &SourceSpec, problems: &mut Vec<crate::Problem>) {
+/// Checks the format-specific options of the source at `path` (`spec.source`,
+/// `spec.sources[i]`): `compression` only with `tfrecord`, a `delimiter` only with `csv`, and one
+/// that can be a delimiter. Problems go to `problems`.
+pub fn check_source_options(source: &SourceSpec, path: &str, problems: &mut Vec<crate::Problem>) {
     let format = source.format.name();
     if source.compression.is_some() && source.format != SourceFormat::Tfrecord {
         problems.push(crate::Problem::new(
-            "spec.source.compression",
+            format!("{path}.compression"),
             format!("applies only to `format: tfrecord`, but the format is `{format}`; remove it"),
         ));
     }
     let Some(delimiter) = &source.delimiter else { return };
     if source.format != SourceFormat::Csv {
         problems.push(crate::Problem::new(
-            "spec.source.delimiter",
+            format!("{path}.delimiter"),
             format!("applies only to `format: csv`, but the format is `{format}`; remove it"),
         ));
     }
     let fits = matches!(delimiter.as_bytes(), [b] if b.is_ascii() && !matches!(b, b'"' | b'\r' | b'\n'));
     if !fits {
         problems.push(crate::Problem::new(
-            "spec.source.delimiter",
+            format!("{path}.delimiter"),
             format!(
                 "is {delimiter:?}, but a delimiter is one ASCII character other than a quote or a line \
                  break, e.g. \";\" or \"\\t\" (a tab); remove it for `,`"
@@ -167,15 +168,15 @@ pub fn check_source_options(source: &SourceSpec, problems: &mut Vec<crate::Probl
     }
 }
 
-/// Checks `spec.source.url` before [`crate::object_url::check_url`] does: text no URL can hold
-/// (spaces, control characters), which would otherwise be read as a relative path and fail only
-/// when the source is listed. Problems go to `problems`.
-pub fn check_source_url(url: &str, problems: &mut Vec<crate::Problem>) {
-    const FIELD: &str = "spec.source.url";
+/// Checks a source's `url` (at `field`, e.g. `spec.source.url`) before
+/// [`crate::object_url::check_url`] does: text no URL can hold (spaces, control characters),
+/// which would otherwise be read as a relative path and fail only when the source is listed.
+/// Problems go to `problems`.
+pub fn check_source_url(url: &str, field: &str, problems: &mut Vec<crate::Problem>) {
     let inner = url.trim();
     if inner.chars().any(char::is_whitespace) || inner.chars().any(char::is_control) {
         problems.push(crate::Problem::new(
-            FIELD,
+            field,
             format!(
                 "`{url}` has spaces or control characters in it, so it is no URL; write an object-store \
                  URL such as s3://bucket/prefix/ or file:data/train/ (a folder name with spaces is \
@@ -184,5 +185,5 @@ pub fn check_source_url(url: &str, problems: &mut Vec<crate::Problem>) {
         ));
         return;
     }
-    crate::object_url::check_url(url, FIELD, problems);
+    crate::object_url::check_url(url, field, problems);
 }

@@ -23,7 +23,10 @@ pub const MAX_BATCH_SIZE: u32 = 1_000_000;
 /// Checks `spec` and returns every problem found (empty when valid).
 pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
     let mut problems = Vec::new();
-    check_source(&spec.source, &mut problems);
+    crate::mixing::check_mixing(spec.source.as_ref(), &spec.sources, spec.mixing.as_ref(), &mut problems);
+    for input in spec.inputs() {
+        check_source(input.source, &input.path.to_string(), &mut problems);
+    }
     check_stages(spec, &mut problems);
     if let Some(shuffle) = &spec.shuffle
         && shuffle.buffer == 0
@@ -48,7 +51,15 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
         check_scaling(scaling, &mut problems);
     }
     if let Some(cache) = &spec.cache {
-        check_cache(cache, &spec.stages, &mut problems);
+        if spec.is_mixed() {
+            problems.push(Problem::new(
+                "spec.cache",
+                "is not supported with `spec.sources` yet (each source would need its own entries); \
+                 remove `cache`, or cache each dataset in a pipeline of its own",
+            ));
+        } else {
+            check_cache(cache, &spec.stages, &mut problems);
+        }
     }
     if let Some(workers) = &spec.workers {
         workers.check(&mut problems);
@@ -59,14 +70,14 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
     problems
 }
 
-fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
-    crate::source::check_source_url(&source.url, problems);
-    crate::source::check_source_options(source, problems);
+fn check_source(source: &SourceSpec, path: &str, problems: &mut Vec<Problem>) {
+    crate::source::check_source_url(&source.url, &format!("{path}.url"), problems);
+    crate::source::check_source_options(source, path, problems);
     if source.format != SourceFormat::Files {
         let format = source.format.name();
         if source.labels.is_some() {
             problems.push(Problem::new(
-                "spec.source.labels",
+                format!("{path}.labels"),
                 format!(
                     "applies only to `format: files`, but the format is `{format}`; remove it \
                      ({format} samples carry their own labels)"
@@ -75,7 +86,7 @@ fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
         }
         if source.files_per_split.is_some() {
             problems.push(Problem::new(
-                "spec.source.filesPerSplit",
+                format!("{path}.filesPerSplit"),
                 format!("applies only to `format: files`, but the format is `{format}`; remove it"),
             ));
         }
@@ -84,13 +95,15 @@ fn check_source(source: &SourceSpec, problems: &mut Vec<Problem>) {
         && labels.trim().is_empty()
     {
         problems.push(Problem::new(
-            "spec.source.labels",
+            format!("{path}.labels"),
             "must not be empty; give the labels JSONL file (relative to `url`, or a URL), or remove it",
         ));
     }
     if source.files_per_split == Some(0) {
-        problems
-            .push(Problem::new("spec.source.filesPerSplit", "must be >= 1; remove it for the default 64"));
+        problems.push(Problem::new(
+            format!("{path}.filesPerSplit"),
+            "must be >= 1; remove it for the default 64",
+        ));
     }
 }
 
@@ -127,7 +140,9 @@ fn check_stages(spec: &InputPipelineSpec, problems: &mut Vec<Problem>) {
         }
     }
     check_stage_names(stages, problems);
-    check_formats(stages, spec.source.format, problems);
+    for input in spec.inputs() {
+        check_formats(stages, input.source.format, &input.path.to_string(), problems);
+    }
     check_flow(stages, problems);
 }
 
@@ -197,7 +212,7 @@ fn check_stage_names(stages: &[StageSpec], problems: &mut Vec<Problem>) {
     }
 }
 
-fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<Problem>) {
+fn check_formats(stages: &[StageSpec], format: SourceFormat, path: &str, problems: &mut Vec<Problem>) {
     let name = format.name();
     for fam in Family::ALL {
         let Some(FormatFit { formats, needs }) = fam.format_fit() else { continue };
@@ -215,7 +230,7 @@ fn check_formats(stages: &[StageSpec], format: SourceFormat, problems: &mut Vec<
         problems.push(Problem::new(
             format!("spec.stages[{first}].op"),
             format!(
-                "`{}` does not fit spec.source.format `{name}`: {needs}{more}; change the format or remove the stage",
+                "`{}` does not fit {path}.format `{name}`: {needs}{more}; change the format or remove the stage",
                 stages[*first].op
             ),
         ));

@@ -88,7 +88,7 @@ fn imagenet_spec_reads_as_written() {
     assert_eq!(spec.stages.len(), 4);
     assert_eq!(spec.epochs, 90);
     let dir = std::path::absolute(specs_dir().join("good")).unwrap();
-    let url = spec.source.url.as_str();
+    let url = spec.source.as_ref().unwrap().url.as_str();
     assert!(url.starts_with("file:///"), "{url}");
     assert!(url.ends_with("/good/data/imagenet/train/"), "{url}");
     assert!(!url.contains("/../"), "{url}");

@@ -44,7 +44,7 @@ fn find<'a>(problems: &'a [Problem], path: &str) -> &'a Problem {
 #[test]
 fn good_manifest_parses_and_resolves_relative_urls() {
     let m = parse_manifest(GOOD, base(), &[]).unwrap();
-    assert_eq!(m.pipeline.spec.source.url, "file:///srv/pipelines/data/train/");
+    assert_eq!(m.pipeline.spec.source.as_ref().unwrap().url, "file:///srv/pipelines/data/train/");
     assert_eq!(m.base_dir, base());
     assert_eq!(m.pipeline.metadata.name.as_deref(), Some("test"));
     assert_eq!(m.pipeline.spec.epochs, 1);
@@ -277,7 +277,7 @@ fn load_manifest_resolves_from_the_file_folder() {
     std::fs::write(&file, GOOD).unwrap();
     let m = load_manifest(&file, &[]).unwrap();
     let expected = url::Url::from_directory_path(dir.join("sub/data/train")).unwrap();
-    assert_eq!(m.pipeline.spec.source.url, expected.as_str());
+    assert_eq!(m.pipeline.spec.source.as_ref().unwrap().url, expected.as_str());
     assert_eq!(m.base_dir, dir.join("sub"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

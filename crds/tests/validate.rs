@@ -12,14 +12,16 @@ fn stage(op: &str, params: serde_json::Value) -> StageSpec {
 
 fn spec() -> InputPipelineSpec {
     InputPipelineSpec {
-        source: SourceSpec {
+        source: Some(SourceSpec {
             url: "s3://bucket/train/".into(),
             format: SourceFormat::Files,
             labels: None,
             files_per_split: None,
             compression: None,
             delimiter: None,
-        },
+        }),
+        sources: Vec::new(),
+        mixing: None,
         stages: vec![
             stage("image.decode", serde_json::json!({})),
             stage("image.resize", serde_json::json!({"size": 256})),

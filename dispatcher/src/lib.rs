@@ -15,7 +15,7 @@ pub mod service;
 pub mod state;
 
 pub use cache_io::Evicted;
-pub use catalog::Catalog;
+pub use catalog::{Catalog, Listing};
 pub use plan::Mode;
 pub use pool::{ProcessPool, WorkerPool};
 pub use service::{Dispatcher, DispatcherConfig, DispatcherError};

@@ -4,7 +4,7 @@
 use crate::catalog::Catalog;
 use crate::journal::{Journal, JournalError};
 use crate::state::{
-    CacheReport, DispatchError, Event, JobProgress, MetricsSnapshot, PipelineFacts, State, Timing,
+    CacheReport, DispatchError, Event, JobProgress, MetricsSnapshot, MixFacts, PipelineFacts, State, Timing,
 };
 use granary_crds::Manifest;
 use granary_proto::v1 as pb;
@@ -150,7 +150,7 @@ impl Dispatcher {
     ) -> Result<pb::PipelineInfo, DispatcherError> {
         let catalog = Arc::clone(&self.inner.catalog);
         let m = manifest.clone();
-        let counts = tokio::task::spawn_blocking(move || catalog.describe(&m))
+        let listing = tokio::task::spawn_blocking(move || catalog.describe(&m))
             .await
             .map_err(|e| DispatchError::FailedPrecondition(format!("listing the source failed: {e}")))?
             .map_err(|e| DispatchError::InvalidArgument(format!("pipeline `{name}`: {e}")))?;
@@ -160,7 +160,8 @@ impl Dispatcher {
         let facts = PipelineFacts {
             manifest_json,
             base_dir: manifest.base_dir.display().to_string(),
-            counts,
+            mixing: MixFacts::of(spec, &listing.inputs),
+            counts: listing.counts,
             counts_known: granary_crds::validate::counts_known(&spec.stages),
             batch: u64::from(spec.batch.size.max(1)),
             epochs: spec.epochs,

@@ -13,8 +13,8 @@ use tonic::Request;
 struct TwoSplits;
 
 impl Catalog for TwoSplits {
-    fn describe(&self, _: &granary_crds::Manifest) -> Result<Vec<u64>, String> {
-        Ok(vec![3, 3])
+    fn describe(&self, _: &granary_crds::Manifest) -> Result<granary_dispatcher::Listing, String> {
+        Ok(granary_dispatcher::Listing::single(vec![3, 3]))
     }
 }
 

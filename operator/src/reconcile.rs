@@ -198,7 +198,10 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
                 Registration::Registered
             }
             Err(e) => {
-                let why = format!("spec.source.url: cannot list `{}`: {e}", p.spec.source.url);
+                let why = match &p.spec.source {
+                    Some(source) => format!("spec.source.url: cannot list `{}`: {e}", source.url),
+                    None => format!("spec.sources: cannot list the sources: {e}"),
+                };
                 let fresh = ctx.with(&key, &uid, |t| {
                     let fresh = t.problem.as_deref() != Some(why.as_str());
                     t.problem = Some(why.clone());

@@ -16,15 +16,32 @@ pub struct SplitFacts {
     pub bytes: u64,
 }
 
+/// A pipeline's listing: every split's facts, numbered across its inputs in order, and which
+/// splits belong to which input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listing {
+    /// Each split's facts, by split id.
+    pub splits: Vec<SplitFacts>,
+    /// Split ids of each input (`spec.source`, or each of `spec.sources`), in order.
+    pub inputs: Vec<std::ops::Range<usize>>,
+}
+
 /// Lists `spec`'s source and counts each split's elements. Blocks; call it off any async runtime.
 pub fn describe(spec: &InputPipelineSpec) -> Result<Vec<SplitFacts>, SourceError> {
+    list(spec).map(|listing| listing.splits)
+}
+
+/// Lists every input of `spec` and counts each split's elements. Blocks; call it off any async
+/// runtime.
+pub fn list(spec: &InputPipelineSpec) -> Result<Listing, SourceError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("granary-catalog")
         .enable_all()
         .build()
         .map_err(|e| SourceError::data("spec.source.url", format!("cannot start the I/O runtime: {e}")))?;
-    let source = runtime.block_on(Source::open(&spec.source, spec.batch.size.max(1) as usize))?;
+    let source = runtime.block_on(Source::open_all(spec, spec.batch.size.max(1) as usize))?;
+    let inputs = source.input_splits();
     let splits = source.splits();
     let mut facts = vec![SplitFacts { elements: 0, bytes: 0 }; splits.len()];
     let readers = splits.len().clamp(1, 4);
@@ -52,7 +69,7 @@ pub fn describe(spec: &InputPipelineSpec) -> Result<Vec<SplitFacts>, SourceError
         }
         Ok(())
     })?;
-    Ok(facts)
+    Ok(Listing { splits: facts, inputs })
 }
 
 fn count(source: &Source, split: &Split, rt: &tokio::runtime::Handle) -> Result<u64, SourceError> {

@@ -117,7 +117,7 @@ impl Engine {
             .enable_all()
             .build()
             .map_err(EngineError::Runtime)?;
-        let source = Arc::new(runtime.block_on(Source::open(&spec.source, spec.batch.size as usize))?);
+        let source = Arc::new(runtime.block_on(Source::open_all(&spec, spec.batch.size as usize))?);
         let resources = Resources::default();
         let mut ctx = build_context(&manifest.base_dir, runtime.handle().clone(), resources.clone());
         let mut configs = Vec::with_capacity(spec.stages.len());

@@ -32,6 +32,18 @@ pub fn load_or_report(file: &Path, set: &[String]) -> Option<granary_crds::Manif
     }
 }
 
+/// Mixed sources are laid out by the dispatcher's epoch plan, which the engine alone (in this
+/// process) does not have: such a pipeline runs through the local service.
+pub fn refuse_mixing_in_process(manifest: &granary_crds::Manifest, how: &str) -> anyhow::Result<()> {
+    if manifest.pipeline.spec.is_mixed() {
+        anyhow::bail!(
+            "spec.sources: mixed sources run through the service (the dispatcher plans the mix), not in \
+             this process ({how}); use `granary run` with --workers 1 or more"
+        );
+    }
+    Ok(())
+}
+
 /// Runs `granary run`. A run that SIGTERM or SIGINT ends stops its workers, prints no summary
 /// and exits with 128 + the signal's number (143 or 130).
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -73,6 +85,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs a loaded manifest in this process with the options of `args` and returns the figures.
 pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<RunSummary> {
+    refuse_mixing_in_process(manifest, "--workers 0")?;
     let options = engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
     let threads = options.threads;
     let engine = Engine::open(manifest, options)?;

@@ -6,9 +6,11 @@ use granary_crds::Manifest;
 pub struct WorkerCatalog;
 
 impl granary_dispatcher::Catalog for WorkerCatalog {
-    fn describe(&self, manifest: &Manifest) -> Result<Vec<u64>, String> {
-        granary_worker::catalog::describe(&manifest.pipeline.spec)
-            .map(|splits| splits.iter().map(|s| s.elements).collect())
-            .map_err(|e| e.to_string())
+    fn describe(&self, manifest: &Manifest) -> Result<granary_dispatcher::Listing, String> {
+        let listing = granary_worker::catalog::list(&manifest.pipeline.spec).map_err(|e| e.to_string())?;
+        Ok(granary_dispatcher::Listing {
+            counts: listing.splits.iter().map(|s| s.elements).collect(),
+            inputs: listing.inputs.iter().map(|r| r.len() as u64).collect(),
+        })
     }
 }

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 struct NoSources;
 
 impl Catalog for NoSources {
-    fn describe(&self, _: &Manifest) -> Result<Vec<u64>, String> {
-        Ok(Vec::new())
+    fn describe(&self, _: &Manifest) -> Result<crate::Listing, String> {
+        Ok(Default::default())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The client-facing rules: consumers joining jobs, resuming, heartbeats, plans and replays.
 
 use super::tallies::{SessionSeen, TrainerTotals};
-use super::{Consumer, DispatchError, Event, Job, Replay, SplitStatus, State, check_name};
+use super::{Consumer, DispatchError, Event, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, VecDeque};
@@ -57,6 +57,7 @@ impl State {
             drop_remainder: f.drop_remainder,
             shuffle: f.shuffle,
             seed: f.seed,
+            mixing: f.mixing.as_ref().map(MixFacts::plan),
         };
         p.jobs.insert(
             job.to_string(),
@@ -317,16 +318,16 @@ impl State {
                 req.epoch
             )));
         }
-        let n = job.settings.counts.len() as u64;
+        let n = job.settings.max_splits();
         if let Some(bad) = req.splits.iter().find(|&&s| s >= n) {
             return Err(DispatchError::InvalidArgument(format!(
-                "split {bad} does not exist; the source has {n} splits"
+                "split {bad} does not exist; the plan has {n} split ids"
             )));
         }
         let index = req.consumer_index;
         let state = job.epoch(req.epoch);
         let produced: Vec<u64> =
-            req.splits.iter().copied().filter(|&s| state.status[s as usize] == SplitStatus::Done).collect();
+            req.splits.iter().copied().filter(|&s| state.status.get(s) == SplitStatus::Done).collect();
         let mut queued = Vec::new();
         for split in produced {
             let replay = Replay { epoch: req.epoch, split, only: Some(index) };
@@ -345,7 +346,7 @@ fn queue_replays(job: &mut Job, index: u32, epoch: u32, wanted: impl Fn(u64) -> 
     let splits = state.plan.splits_for(index, wanted);
     let replays: Vec<Replay> = splits
         .into_iter()
-        .filter(|&s| state.status[s as usize] != SplitStatus::Pending)
+        .filter(|&s| state.status.get(s) != SplitStatus::Pending)
         .map(|split| Replay { epoch, split, only: Some(index) })
         .collect();
     for r in replays {

@@ -124,9 +124,9 @@ impl State {
                 let epochs = p.facts.epochs;
                 if let Some(j) = p.jobs.get_mut(job)
                     && *epoch < epochs
-                    && (*split as usize) < j.settings.counts.len()
+                    && *split < j.settings.max_splits()
                 {
-                    j.epoch(*epoch).status[*split as usize] = SplitStatus::Done;
+                    j.epoch(*epoch).status.set(*split, SplitStatus::Done);
                 }
             }
             Event::SplitCounted { pipeline, job, epoch, split, elements } => {
@@ -201,7 +201,7 @@ impl State {
                 });
                 for (epoch, state) in &j.epochs {
                     if !j.settings.counts_known {
-                        for split in 0..j.settings.counts.len() as u64 {
+                        for &split in state.plan.order() {
                             if let Some(elements) = state.plan.count(split) {
                                 out.push(Event::SplitCounted {
                                     pipeline: name.clone(),
@@ -213,13 +213,13 @@ impl State {
                             }
                         }
                     }
-                    for (split, status) in state.status.iter().enumerate() {
-                        if *status == SplitStatus::Done {
+                    for (split, status) in state.status.iter() {
+                        if status == SplitStatus::Done {
                             out.push(Event::SplitDone {
                                 pipeline: name.clone(),
                                 job: job.clone(),
                                 epoch: *epoch,
-                                split: split as u64,
+                                split,
                             });
                         }
                     }

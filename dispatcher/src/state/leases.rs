@@ -60,16 +60,16 @@ impl State {
         else {
             return false;
         };
-        if (lease.split as usize) >= job.settings.counts.len() {
+        if lease.split >= job.settings.max_splits() {
             return false;
         }
         let replay = Replay { epoch: lease.epoch, split: lease.split, only: lease.only_consumer };
         if replay.only.is_none() {
             let epoch = job.epoch(lease.epoch);
-            if epoch.status[lease.split as usize] != SplitStatus::Pending {
+            if epoch.status.get(lease.split) != SplitStatus::Pending {
                 return false;
             }
-            epoch.status[lease.split as usize] = SplitStatus::Leased(lease.lease_id);
+            epoch.status.set(lease.split, SplitStatus::Leased(lease.lease_id));
             job.replays.retain(|r| *r != replay);
         }
         self.leases.insert(
@@ -190,7 +190,7 @@ impl State {
         while let Some(replay) = job.replays.pop_front() {
             // A whole-split re-lease is stale once the split was taken back or finished.
             if replay.only.is_some()
-                || job.epoch(replay.epoch).status[replay.split as usize] == SplitStatus::Pending
+                || job.epoch(replay.epoch).status.get(replay.split) == SplitStatus::Pending
             {
                 return Some(replay);
             }
@@ -207,7 +207,7 @@ impl State {
             while state.cursor < state.plan.order().len() {
                 let split = state.plan.order()[state.cursor];
                 state.cursor += 1;
-                if state.status[split as usize] == SplitStatus::Pending {
+                if state.status.get(split) == SplitStatus::Pending {
                     return Some(Replay { epoch, split, only: None });
                 }
             }
@@ -228,10 +228,11 @@ impl State {
                 match job {
                     Some(job) => {
                         let consumers = job.settings.consumers;
-                        let listed = job.settings.counts.get(replay.split as usize).copied().unwrap_or(0);
+                        let read = job.settings.listed_split(replay.split);
+                        let listed = job.settings.counts.get(read as usize).copied().unwrap_or(0);
                         let state = job.epoch(replay.epoch);
                         if replay.only.is_none() {
-                            state.status[replay.split as usize] = SplitStatus::Leased(id);
+                            state.status.set(replay.split, SplitStatus::Leased(id));
                         }
                         let elements = state.plan.count(replay.split).unwrap_or(0);
                         (generation, state.plan.parts_of_split(replay.split, consumers), elements, listed)
@@ -370,13 +371,20 @@ impl State {
                 req.lease_id
             ))
         })?;
-        let listed = job.settings.counts.get(replay.split as usize).copied().ok_or_else(|| {
-            DispatchError::InvalidArgument(format!(
-                "split {} does not exist; the source has {} splits",
-                replay.split,
-                job.settings.counts.len()
-            ))
-        })?;
+        let read = job.settings.listed_split(replay.split);
+        let listed = job
+            .settings
+            .counts
+            .get(read as usize)
+            .copied()
+            .filter(|_| replay.split < job.settings.max_splits())
+            .ok_or_else(|| {
+                DispatchError::InvalidArgument(format!(
+                    "split {} does not exist; the source has {} splits",
+                    replay.split,
+                    job.settings.counts.len()
+                ))
+            })?;
         // A split of a filtering pipeline was counted before it was routed; one that was not
         // (a lease from before a restart) is counted now.
         let expected = if job.settings.counts_known || replay.epoch >= p.facts.epochs {
@@ -404,8 +412,8 @@ impl State {
         }
         if replay.only.is_none() && replay.epoch < p.facts.epochs {
             let state = job.epoch(replay.epoch);
-            if state.status[replay.split as usize] != SplitStatus::Done {
-                state.status[replay.split as usize] = SplitStatus::Done;
+            if state.status.get(replay.split) != SplitStatus::Done {
+                state.status.set(replay.split, SplitStatus::Done);
                 self.events.push(Event::SplitDone {
                     pipeline,
                     job: job_name,
@@ -469,10 +477,10 @@ impl State {
         };
         if l.replay.only.is_none() {
             let state = job.epoch(l.replay.epoch);
-            if state.status[l.replay.split as usize] != SplitStatus::Leased(lease) {
+            if state.status.get(l.replay.split) != SplitStatus::Leased(lease) {
                 return;
             }
-            state.status[l.replay.split as usize] = SplitStatus::Pending;
+            state.status.set(l.replay.split, SplitStatus::Pending);
         }
         if !job.replays.contains(&l.replay) {
             job.replays.push_front(l.replay);

@@ -15,7 +15,7 @@ pub use cache::{
 pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
-use crate::plan::{EpochPlan, Mode, PlanSettings};
+use crate::plan::{EpochPlan, MixPlan, MixStop, Mode, PlanSettings};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -80,6 +80,57 @@ pub struct PipelineFacts {
     pub shuffle: bool,
     /// Pipeline seed.
     pub seed: u64,
+    /// How `spec.sources` are mixed; absent for a single source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixing: Option<MixFacts>,
+}
+
+/// How a pipeline's inputs are mixed, as the plan needs it (see [`crate::plan::MixPlan`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MixFacts {
+    /// Listed splits of each input, in order.
+    pub splits: Vec<u64>,
+    /// Weights, as integer shares summing to 2^32.
+    pub weights: Vec<u64>,
+    /// Elements drawn from one input at a time.
+    pub block: u64,
+    /// Elements per epoch (`stop: elements`); absent: the epoch ends when a draw finds its
+    /// input exhausted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elements: Option<u64>,
+}
+
+impl MixFacts {
+    /// The mixing of `spec` over inputs of `splits` listed splits each; `None` for one source.
+    pub fn of(spec: &granary_crds::InputPipelineSpec, splits: &[u64]) -> Option<MixFacts> {
+        if !spec.is_mixed() {
+            return None;
+        }
+        let mixing = spec.mixing.clone().unwrap_or_default();
+        let weights: Vec<f64> = spec.sources.iter().map(|s| s.weight).collect();
+        Some(MixFacts {
+            splits: splits.to_vec(),
+            weights: MixPlan::weights(&weights),
+            block: u64::from(mixing.block()),
+            elements: match mixing.stop {
+                granary_crds::MixStop::Elements => mixing.elements,
+                granary_crds::MixStop::FirstExhausted => None,
+            },
+        })
+    }
+
+    /// The plan's view.
+    pub fn plan(&self) -> MixPlan {
+        MixPlan {
+            splits: self.splits.clone(),
+            weights: self.weights.clone(),
+            block: self.block.max(1),
+            stop: match self.elements {
+                Some(n) => MixStop::Elements(n),
+                None => MixStop::FirstExhausted,
+            },
+        }
+    }
 }
 
 fn counts_known_default() -> bool {
@@ -98,7 +149,35 @@ pub(crate) struct EpochState {
     pub(crate) plan: EpochPlan,
     /// Next index in the plan's order to look at for a pending split.
     pub(crate) cursor: usize,
-    pub(crate) status: Vec<SplitStatus>,
+    pub(crate) status: Statuses,
+}
+
+/// Each split's progress in an epoch, by split id; ids past the listing (passes over a mixed
+/// source) are added as the plan hands them out. A split never seen is pending.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Statuses(Vec<SplitStatus>);
+
+impl Statuses {
+    pub(crate) fn new(splits: usize) -> Statuses {
+        Statuses(vec![SplitStatus::Pending; splits])
+    }
+
+    pub(crate) fn get(&self, split: u64) -> SplitStatus {
+        self.0.get(split as usize).copied().unwrap_or(SplitStatus::Pending)
+    }
+
+    pub(crate) fn set(&mut self, split: u64, status: SplitStatus) {
+        let i = split as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, SplitStatus::Pending);
+        }
+        self.0[i] = status;
+    }
+
+    /// `(split, status)` of every split seen.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, SplitStatus)> + '_ {
+        self.0.iter().enumerate().map(|(i, s)| (i as u64, *s))
+    }
 }
 
 /// Work queued ahead of the epoch order: re-leases and replays.
@@ -139,7 +218,7 @@ impl Job {
         let settings = &self.settings;
         self.epochs.entry(epoch).or_insert_with(|| {
             let plan = settings.plan(epoch);
-            EpochState { plan, cursor: 0, status: vec![SplitStatus::Pending; settings.counts.len()] }
+            EpochState { plan, cursor: 0, status: Statuses::new(settings.counts.len()) }
         })
     }
 

@@ -14,6 +14,7 @@ fn facts(counts: Vec<u64>, batch: u64, epochs: u32) -> PipelineFacts {
         drop_remainder: false,
         shuffle: true,
         seed: 1,
+        mixing: None,
     }
 }
 
@@ -73,7 +74,8 @@ fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
             mode: Mode::Distributed,
             drop_remainder: false,
             shuffle: true,
-            seed: 1
+            seed: 1,
+            mixing: None,
         }
         .order(0)
     );

@@ -16,6 +16,7 @@ fn facts() -> PipelineFacts {
         drop_remainder: false,
         shuffle: true,
         seed: 3,
+        mixing: None,
     }
 }
 

@@ -25,8 +25,8 @@ const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
 struct Splits(bool);
 
 impl Catalog for Splits {
-    fn describe(&self, _: &Manifest) -> Result<Vec<u64>, String> {
-        if self.0 { Ok(vec![100; 4]) } else { Err("connection refused".into()) }
+    fn describe(&self, _: &Manifest) -> Result<granary_dispatcher::Listing, String> {
+        if self.0 { Ok(granary_dispatcher::Listing::single(vec![100; 4])) } else { Err("connection refused".into()) }
     }
 }
 

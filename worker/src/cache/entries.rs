@@ -62,6 +62,8 @@ pub fn build(
     let Some(url) = spec.cache.as_ref().filter(|_| caches(spec)).and_then(|c| c.store.as_deref()) else {
         return Ok(None);
     };
+    // Mixed sources are not cached (validation refuses `cache` with `sources`).
+    let Some(source_spec_of) = spec.source.as_ref() else { return Ok(None) };
     let store = CacheStore::open(url)?;
     let prefix = granary_crds::validate::deterministic_prefix_len(&spec.stages).min(plan.spec_stages);
     let candidates: Vec<usize> = match pinned_cut(spec) {
@@ -73,7 +75,7 @@ pub fn build(
         "objects": source.identity(),
         "source": source_spec,
         "splits": source.splits().len(),
-        "filesPerSplit": spec.source.files_per_split(spec.batch.size.max(1) as usize),
+        "filesPerSplit": source_spec_of.files_per_split(spec.batch.size.max(1) as usize),
     });
     let mut cuts = Vec::new();
     for k in candidates {
@@ -102,7 +104,7 @@ pub fn build(
         }
         let identity = EntryIdentity {
             source_url: source.url().to_string(),
-            source_format: format!("{:?}", spec.source.format).to_lowercase(),
+            source_format: format!("{:?}", source_spec_of.format).to_lowercase(),
             // The listing is in `extra` as one digest, hashed once for every cut.
             objects: Vec::new(),
             stages,

@@ -435,7 +435,10 @@ fn read(
 ) {
     let mut seq = 0u64;
     for task in tasks {
-        let Some(split) = source.splits().get(task.split) else {
+        // Split ids past the listing are further passes over it (a mixed source upsampled by
+        // `stop: elements`): they read the listed split and seed by their own id.
+        let listed = source.splits().len();
+        let Some(split) = source.splits().get(task.split.checked_rem(listed).unwrap_or(usize::MAX)) else {
             let error = ExecError::Internal(format!("no split {} in the source", task.split));
             let _ = done.send(Done::Failed { seq, error });
             return;
@@ -444,12 +447,13 @@ fn read(
         let group = plan.group_size();
         let mut members: Vec<Member> = Vec::new();
         let mut send = |index: u64, start: usize, element: Element| {
+        let split_id = task.split as u64;
             let Some(permit) = budget.acquire(element.nbytes()) else {
                 stopped = true;
                 return false;
             };
             let Some(g) = group else {
-                let item = Work::Element { seq, task, split_id: split.id, index, start, element, permit };
+                let item = Work::Element { seq, task, split_id, index, start, element, permit };
                 if work.send(item).is_err() {
                     stopped = true;
                     return false;
@@ -460,7 +464,7 @@ fn read(
             // Groups are blocks of `g` indices; a block may arrive partly from the cache.
             if members.last().is_some_and(|m| m.index / g as u64 != index / g as u64) {
                 let members = std::mem::take(&mut members);
-                if work.send(Work::Group { task, split_id: split.id, members }).is_err() {
+                if work.send(Work::Group { task, split_id, members }).is_err() {
                     stopped = true;
                     return false;
                 }
@@ -470,7 +474,7 @@ fn read(
             true
         };
         // Elements before `from` came from the cache; the source supplies the rest.
-        let (from, mut read) = cached::read(plan, task, split.id, rt, &mut send);
+        let (from, mut read) = cached::read(plan, task, split_id, rt, &mut send);
         let mut index = 0u64;
         let result = match from {
             Some(from) => source.read_split(split, rt, &mut |element| {
@@ -483,7 +487,7 @@ fn read(
         if stopped {
             return;
         }
-        if !members.is_empty() && work.send(Work::Group { task, split_id: split.id, members }).is_err() {
+        if !members.is_empty() && work.send(Work::Group { task, split_id, members }).is_err() {
             return;
         }
         if let Err(e) = result {
@@ -495,7 +499,7 @@ fn read(
         }
         let end = seq;
         seq = end + 1;
-        if work.send(Work::SplitEnd { seq: end, task, split_id: split.id, read }).is_err() {
+        if work.send(Work::SplitEnd { seq: end, task, split_id, read }).is_err() {
             return;
         }
     }

@@ -413,7 +413,8 @@ impl Agent {
         );
         let revoked = self.leases.insert(lease.clone());
         let result = match self.producer_for(&lease).await {
-            Ok(producer) if lease.split >= producer.splits() as u64 => Err(StartError::NoSplit {
+            // Ids past the listing are further passes over it (see the executor).
+            Ok(producer) if producer.splits() == 0 => Err(StartError::NoSplit {
                 pipeline: lease.pipeline.clone(),
                 split: lease.split,
                 splits: producer.splits(),

@@ -66,7 +66,7 @@ pub(super) async fn splits(
     Ok(samples
         .chunks(spec.files_per_split(batch_size))
         .enumerate()
-        .map(|(i, chunk)| Split { id: i as u64, kind: SplitKind::Files(chunk.to_vec()) })
+        .map(|(i, chunk)| Split { id: i as u64, kind: SplitKind::Files(chunk.to_vec()), input: 0 })
         .collect())
 }
 

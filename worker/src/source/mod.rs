@@ -13,7 +13,7 @@ pub mod webdataset;
 use crate::element::Element;
 use crate::store::{self, Located};
 use futures::TryStreamExt;
-use granary_crds::{SourceFormat, SourceSpec};
+use granary_crds::{InputPipelineSpec, SourceFormat, SourceSpec};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use std::sync::Arc;
@@ -56,6 +56,23 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// The error with the field path of the input it concerns (`spec.sources[1]`) in front.
+    fn at_input(self, path: &str) -> SourceError {
+        match self {
+            SourceError::Empty { url, format } => SourceError::data(
+                format!("{path}.url"),
+                format!("no {format} objects under `{url}`; check the URL and {path}.format"),
+            ),
+            SourceError::Store(e) => SourceError::data(format!("{path}.url"), e.to_string()),
+            SourceError::Io { what, location, source } => {
+                SourceError::Io { what, location: format!("{path}: {location}"), source }
+            }
+            SourceError::Data { location, message } => {
+                SourceError::Data { location: format!("{path}: {location}"), message }
+            }
+        }
+    }
+
     pub(crate) fn data(location: impl Into<String>, message: impl Into<String>) -> SourceError {
         SourceError::Data { location: location.into(), message: message.into() }
     }
@@ -113,10 +130,12 @@ pub enum SplitKind {
 /// A unit of work: shuffled, assigned and replayed as a whole.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Split {
-    /// Index in the source's listing; seeds its randomness.
+    /// Index in the pipeline's listing (across all its inputs, in order); seeds its randomness.
     pub id: u64,
     /// What it reads.
     pub kind: SplitKind,
+    /// The input it belongs to: 0 for a single `spec.source`, else its index in `spec.sources`.
+    pub input: usize,
 }
 
 impl Split {
@@ -131,12 +150,19 @@ impl Split {
     }
 }
 
-/// A listed dataset.
+/// A listed dataset: the pipeline's single source, or all of its mixed sources with their splits
+/// numbered across them in order.
 pub struct Source {
+    inputs: Vec<Listed>,
+    splits: Vec<Split>,
+}
+
+/// One listed input.
+struct Listed {
     located: Located,
     format: SourceFormat,
-    splits: Vec<Split>,
     identity: String,
+    splits: std::ops::Range<usize>,
 }
 
 /// Whether the reader should go on after an element was handed over.
@@ -146,6 +172,31 @@ impl Source {
     /// Lists the dataset at `spec.url` into splits; `batch_size` sizes the default split of
     /// `format: files` (see [`SourceSpec::files_per_split`]).
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
+        let (listed, splits) = Self::list_input(spec, batch_size).await?;
+        Ok(Source { inputs: vec![Listed { splits: 0..splits.len(), ..listed }], splits })
+    }
+
+    /// Lists every input of `spec` (its `source`, or each of its `sources` in order), numbering
+    /// the splits across them. A failure names the input's field path.
+    pub async fn open_all(spec: &InputPipelineSpec, batch_size: usize) -> Result<Source, SourceError> {
+        let mut inputs = Vec::new();
+        let mut splits: Vec<Split> = Vec::new();
+        for (index, input) in spec.inputs().into_iter().enumerate() {
+            let (listed, listed_splits) = Self::list_input(input.source, batch_size).await.map_err(|e| {
+                if index == 0 && !spec.is_mixed() { e } else { e.at_input(&input.path.to_string()) }
+            })?;
+            let first = splits.len();
+            splits.extend(listed_splits.into_iter().map(|mut split| {
+                split.id += first as u64;
+                split.input = index;
+                split
+            }));
+            inputs.push(Listed { splits: first..splits.len(), ..listed });
+        }
+        Ok(Source { inputs, splits })
+    }
+
+    async fn list_input(spec: &SourceSpec, batch_size: usize) -> Result<(Listed, Vec<Split>), SourceError> {
         let located = store::open(&spec.url)?;
         let objects = list(&located).await?;
         let identity = identity(&objects);
@@ -169,51 +220,62 @@ impl Source {
             SourceFormat::Tfrecord => tfrecord::splits(&located, spec, objects)?,
             SourceFormat::Csv => self::csv::splits(&located, spec, objects)?,
         };
-        Ok(Source { located, format: spec.format, splits, identity })
+        Ok((Listed { located, format: spec.format, identity, splits: 0..0 }, splits))
+    }
+
+    fn first(&self) -> &Listed {
+        // `open` and `open_all` list at least one input (validation requires one).
+        &self.inputs[0]
     }
 
     /// SHA-256 (hex) of every listed object's path, size, ETag and version: a changed, added or
-    /// removed object changes it, and with it every cache fingerprint.
+    /// removed object changes it, and with it every cache fingerprint. Of the first input.
     pub fn identity(&self) -> &str {
-        &self.identity
+        &self.first().identity
     }
 
-    /// The URL the source was opened from.
+    /// The URL the source was opened from (the first input's).
     pub fn url(&self) -> &url::Url {
-        &self.located.url
+        &self.first().located.url
     }
 
-    /// The splits, in listing order.
+    /// The splits, in listing order (across the inputs, in order).
     pub fn splits(&self) -> &[Split] {
         &self.splits
     }
 
-    /// The layout of the data.
-    pub fn format(&self) -> SourceFormat {
-        self.format
+    /// Split ids of each input, in the order of `spec.sources` (one range for a single source).
+    pub fn input_splits(&self) -> Vec<std::ops::Range<usize>> {
+        self.inputs.iter().map(|i| i.splits.clone()).collect()
     }
 
-    /// The store the source reads.
+    /// The layout of the data (the first input's).
+    pub fn format(&self) -> SourceFormat {
+        self.first().format
+    }
+
+    /// The store the source reads (the first input's).
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.located.store
+        &self.first().located.store
     }
 
     /// Streams `split`'s elements into `emit`, in order, until it returns false. Runs on a plain
     /// thread; store I/O goes through `rt`.
     pub fn read_split(&self, split: &Split, rt: &Handle, emit: &mut Emit<'_>) -> Result<(), SourceError> {
-        let store = &self.located.store;
+        let Some(input) = self.inputs.get(split.input) else {
+            return Err(SourceError::data(format!("split {}", split.id), "names no listed input"));
+        };
+        let (store, root) = (&input.located.store, &input.located.path);
         match &split.kind {
-            SplitKind::Files(samples) => files::read(store, &self.located.path, samples, rt, emit),
-            SplitKind::Shard(object) => webdataset::read(store, &self.located.path, object, rt, emit),
-            SplitKind::Jsonl(object) => jsonl::read(store, &self.located.path, object, rt, emit),
+            SplitKind::Files(samples) => files::read(store, root, samples, rt, emit),
+            SplitKind::Shard(object) => webdataset::read(store, root, object, rt, emit),
+            SplitKind::Jsonl(object) => jsonl::read(store, root, object, rt, emit),
             SplitKind::RowGroup { object, row_group, first_row, .. } => {
-                parquet::read(store, &self.located.path, object, *row_group, *first_row, rt, emit)
+                parquet::read(store, root, object, *row_group, *first_row, rt, emit)
             }
-            SplitKind::Tfrecord { object, gzip } => {
-                tfrecord::read(store, &self.located.path, object, *gzip, rt, emit)
-            }
+            SplitKind::Tfrecord { object, gzip } => tfrecord::read(store, root, object, *gzip, rt, emit),
             SplitKind::Csv { object, delimiter } => {
-                self::csv::read(store, &self.located.path, object, *delimiter, rt, emit)
+                self::csv::read(store, root, object, *delimiter, rt, emit)
             }
         }
     }
@@ -272,7 +334,7 @@ pub(super) fn one_per_object(
         .enumerate()
         .map(|(i, o)| {
             let name = o.location.filename().unwrap_or_default().to_string();
-            Split { id: i as u64, kind: kind(Object { location: o.location, size: o.size }, &name) }
+            Split { id: i as u64, kind: kind(Object { location: o.location, size: o.size }, &name), input: 0 }
         })
         .collect();
     if splits.is_empty() {

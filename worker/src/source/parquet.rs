@@ -39,6 +39,7 @@ pub(super) async fn splits(located: &Located, objects: Vec<ObjectMeta>) -> Resul
             splits.push(Split {
                 id: splits.len() as u64,
                 kind: SplitKind::RowGroup { object: object.clone(), row_group, first_row, rows },
+                input: 0,
             });
             first_row += rows;
         }

@@ -32,6 +32,7 @@ fn facts(policy: &str, splits: usize, epochs: u32) -> PipelineFacts {
         drop_remainder: false,
         shuffle: true,
         seed: 1,
+        mixing: None,
     }
 }
 
