@@ -3,6 +3,7 @@
 //!
 //! Field names here are the public API: every doc comment becomes `kubectl explain` text.
 
+pub mod batch;
 pub mod cache;
 mod fieldpath;
 pub mod manifest;

@@ -1,5 +1,6 @@
 //! The `InputPipeline` resource and its spec.
 
+use crate::batch::{BucketSpec, PadSpec};
 use crate::mixing::{Input, InputPath, MixingSpec, SINGLE_SOURCE_NAME, WeightedSource};
 use crate::{CacheSpec, InputPipelineStatus, PythonSpec, ScalingSpec, SourceSpec, StageSpec, WorkersSpec};
 use kube::CustomResource;
@@ -138,4 +139,14 @@ pub struct BatchSpec {
     /// Drop the last, partial batch of each epoch instead of delivering it. Defaults to false.
     #[serde(default)]
     pub drop_remainder: bool,
+    /// Fields whose length along the first axis may differ between elements (token sequences
+    /// after `text.truncate`): each batch pads them to its longest element and adds a mask.
+    /// Absent: every field must have one shape in every element.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad: Option<PadSpec>,
+    /// Group elements by the length of a padded field, so that each batch pads little (as
+    /// tf.data's `bucket_by_sequence_length`). Needs `pad`. Absent: batches take elements in
+    /// their (shuffled) order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<BucketSpec>,
 }

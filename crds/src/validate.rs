@@ -44,6 +44,7 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
             format!("is {}; the most is {MAX_BATCH_SIZE} elements per batch", spec.batch.size),
         ));
     }
+    crate::batch::check_batch(spec.batch.pad.as_ref(), spec.batch.bucket.as_ref(), &mut problems);
     if spec.epochs == 0 {
         problems.push(Problem::new("spec.epochs", "must be >= 1 (passes over the source); remove it for 1"));
     }

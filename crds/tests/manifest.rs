@@ -96,7 +96,7 @@ fn every_unknown_field_is_reported_with_suggestions() {
     assert_eq!(p.len(), 3, "{p:#?}");
     let drop = find(&p, "spec.batch.dropRemainer");
     assert!(drop.message.contains("did you mean `dropRemainder`?"), "{drop}");
-    assert!(drop.message.contains("expected one of `dropRemainder`, `size`"), "{drop}");
+    assert!(drop.message.contains("expected one of `bucket`, `dropRemainder`, `pad`, `size`"), "{drop}");
     find(&p, "spec.source.fromat");
     let shuffle = find(&p, "spec.shufle");
     assert!(shuffle.message.contains("`shuffle`"), "{shuffle}");

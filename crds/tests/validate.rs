@@ -29,7 +29,7 @@ fn spec() -> InputPipelineSpec {
             stage("image.normalize", serde_json::json!({})),
         ],
         shuffle: None,
-        batch: BatchSpec { size: 32, drop_remainder: false },
+        batch: BatchSpec { size: 32, drop_remainder: false, pad: None, bucket: None },
         seed: 0,
         epochs: 1,
         scaling: None,
@@ -201,4 +201,73 @@ fn a_token_filter_after_truncate_is_accepted_and_after_truncate_pad_refused() {
         problems.iter().any(|p| p.path == "spec.stages[2].op" && p.message.contains("same length")),
         "{problems:?}"
     );
+}
+
+#[test]
+fn batch_pad_problems_name_the_field() {
+    use granary_crds::batch::{PadSpec, PadTo};
+    let pad = |fields: &[&str], multiple_of, value, mask: Option<&str>| PadSpec {
+        fields: fields.iter().map(|f| f.to_string()).collect(),
+        to: PadTo::Longest,
+        multiple_of,
+        value,
+        mask: mask.map(String::from),
+    };
+    let mut s = spec();
+    s.batch.pad = Some(pad(&["input_ids", "attention_mask"], Some(8), 0.0, None));
+    assert_eq!(validate(&s), vec![]);
+    assert_eq!(s.batch.pad.as_ref().unwrap().mask_name(), "input_ids_mask");
+    s.batch.pad = Some(pad(&[], None, 0.0, None));
+    assert_eq!(paths(&validate(&s)), ["spec.batch.pad.fields"]);
+    s.batch.pad = Some(pad(&["a", "", "a", "m"], Some(0), f64::NAN, Some("m")));
+    assert_eq!(
+        paths(&validate(&s)),
+        [
+            "spec.batch.pad.fields[1]",
+            "spec.batch.pad.fields[2]",
+            "spec.batch.pad.fields[3]",
+            "spec.batch.pad.multipleOf",
+            "spec.batch.pad.value"
+        ]
+    );
+    s.batch.pad = Some(pad(&["a"], Some(70_000), 0.0, Some("")));
+    assert_eq!(paths(&validate(&s)), ["spec.batch.pad.multipleOf", "spec.batch.pad.mask"]);
+}
+
+#[test]
+fn batch_bucket_problems_name_the_field() {
+    use granary_crds::batch::{BucketSpec, PadSpec, PadTo};
+    let bucket = |boundaries: &[u64], field: Option<&str>| BucketSpec {
+        boundaries: boundaries.to_vec(),
+        field: field.map(String::from),
+    };
+    let mut s = spec();
+    s.batch.bucket = Some(bucket(&[16, 32], None));
+    assert_eq!(paths(&validate(&s)), ["spec.batch.bucket"], "bucketing needs pad");
+    assert!(validate(&s)[0].message.contains("spec.batch.pad"));
+    s.batch.pad = Some(PadSpec {
+        fields: vec!["input_ids".into(), "attention_mask".into()],
+        to: PadTo::Longest,
+        multiple_of: None,
+        value: 0.0,
+        mask: None,
+    });
+    assert_eq!(validate(&s), vec![]);
+    s.batch.bucket = Some(bucket(&[16, 32], Some("attention_mask")));
+    assert_eq!(validate(&s), vec![]);
+    s.batch.bucket = Some(bucket(&[], None));
+    assert_eq!(paths(&validate(&s)), ["spec.batch.bucket.boundaries"]);
+    s.batch.bucket = Some(bucket(&[0, 8, 8, 4, 9], Some("label")));
+    assert_eq!(
+        paths(&validate(&s)),
+        [
+            "spec.batch.bucket.boundaries[0]",
+            "spec.batch.bucket.boundaries[2]",
+            "spec.batch.bucket.boundaries[3]",
+            "spec.batch.bucket.field"
+        ]
+    );
+    let problems = validate(&s);
+    assert!(problems[1].message.contains("strictly increasing"), "{problems:?}");
+    assert!(problems[3].message.contains("`input_ids`, `attention_mask`"), "{problems:?}");
 }
