@@ -8,7 +8,7 @@
 
 pub use crate::object_url::{SUPPORTED_SCHEMES, check_url};
 use crate::ops::filter::TOKENS_FIELD;
-use crate::ops::{Count, Family, Filter, FormatFit, Kind, OpInfo, TruncatePad, op_info, producer_of};
+use crate::ops::{Count, Family, Filter, FormatFit, Kind, OpInfo, Pack, TruncatePad, op_info, producer_of};
 use crate::quantity::{BYTES_FORM, DURATION_FORM, parse_duration};
 use crate::suggest::{backticked, closest, did_you_mean, edit_distance};
 use crate::{
@@ -145,6 +145,47 @@ fn check_stages(spec: &InputPipelineSpec, problems: &mut Vec<Problem>) {
         check_formats(stages, input.source.format, &input.path.to_string(), problems);
     }
     check_flow(stages, problems);
+    check_after_pack(stages, problems);
+}
+
+/// Checks the stages after a `text.pack`: no second one, and only stages that take its rows
+/// (which hold nothing but `input_ids`, `position_ids` and `segment_ids` of one length) one at a
+/// time: table and test operators, and element-wise Python stages.
+fn check_after_pack(stages: &[StageSpec], problems: &mut Vec<Problem>) {
+    let Some(p) = stages.iter().position(|s| s.op == Pack::OP) else { return };
+    for (j, stage) in stages.iter().enumerate().skip(p + 1) {
+        let path = format!("spec.stages[{j}]");
+        let Some(info) = op_info(&stage.op) else { return };
+        let op = &stage.op;
+        if op == Pack::OP {
+            problems.push(Problem::new(
+                format!("{path}.op"),
+                format!("a second `{op}` after spec.stages[{p}]; documents are packed once: remove this stage"),
+            ));
+            continue;
+        }
+        match info.family {
+            Family::Python if stage.params.get("batched") == Some(&serde_json::Value::Bool(true)) => {
+                problems.push(Problem::new(
+                    format!("{path}.batched"),
+                    format!(
+                        "a batched stage cannot follow `{}` (spec.stages[{p}]), which makes its rows one at a \
+                         time from the whole split; set `batched: false`, or move this stage before spec.stages[{p}]",
+                        Pack::OP
+                    ),
+                ));
+            }
+            Family::Python | Family::Table | Family::Test => {}
+            _ => problems.push(Problem::new(
+                format!("{path}.op"),
+                format!(
+                    "`{op}` cannot follow `{}` (spec.stages[{p}]): its rows hold only `input_ids`, \
+                     `position_ids` and `segment_ids`, all of one length; move this stage before spec.stages[{p}]",
+                    Pack::OP
+                ),
+            )),
+        }
+    }
 }
 
 fn unknown_field_name(message: &str) -> Option<String> {

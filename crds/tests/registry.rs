@@ -9,6 +9,7 @@ fn fields(op: &str) -> serde_json::Value {
         "image.resize" | "image.center_crop" | "image.random_resized_crop" => serde_json::json!({"size": 8}),
         "text.tokenize" => serde_json::json!({"tokenizer": "tokenizer.json"}),
         "text.truncate_pad" | "text.truncate" => serde_json::json!({"length": 8}),
+        "text.pack" => serde_json::json!({"length": 8, "eos": 2}),
         "table.select" => serde_json::json!({"columns": ["a"]}),
         "table.cast" => serde_json::json!({"columns": {"a": "int64"}}),
         "test.sleep" => serde_json::json!({"ms": 1}),

@@ -27,7 +27,7 @@ pub use self::kind::Kind;
 pub use self::python::{PythonCall, PythonFilter, PythonMap, PythonRole};
 pub use self::table::{Cast, Select};
 pub use self::test::Sleep;
-pub use self::text::{Tokenize, Truncate, TruncatePad};
+pub use self::text::{LastRow, Pack, Tokenize, Truncate, TruncatePad};
 
 /// A parsed stage: the operator and its typed fields.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +50,8 @@ pub enum OpConfig {
     TextTruncatePad(TruncatePad),
     /// `text.truncate`
     TextTruncate(Truncate),
+    /// `text.pack`
+    TextPack(Pack),
     /// `table.select`
     TableSelect(Select),
     /// `table.cast`
@@ -187,6 +189,16 @@ pub const OPS: &[OpInfo] = &[
         deterministic: Determinism::Always,
         count: Count::Same,
         parse: |v| typed(v).map(OpConfig::TextTruncate),
+    },
+    OpInfo {
+        name: Pack::OP,
+        family: Family::Text,
+        field: Some(text::PACK_FIELD),
+        input: Kind::Tokens,
+        output: Kind::Tokens,
+        deterministic: Determinism::Always,
+        count: Count::Any,
+        parse: |v| typed(v).map(OpConfig::TextPack),
     },
     OpInfo {
         name: Select::OP,
@@ -336,6 +348,7 @@ impl OpConfig {
             OpConfig::TextTokenize(_) => Tokenize::OP,
             OpConfig::TextTruncatePad(_) => TruncatePad::OP,
             OpConfig::TextTruncate(_) => Truncate::OP,
+            OpConfig::TextPack(_) => Pack::OP,
             OpConfig::TableSelect(_) => Select::OP,
             OpConfig::TableCast(_) => Cast::OP,
             OpConfig::TestSleep(_) => Sleep::OP,
@@ -366,6 +379,7 @@ impl OpConfig {
             OpConfig::TextTokenize(c) => c.check(path, problems),
             OpConfig::TextTruncatePad(c) => c.check(path, problems),
             OpConfig::TextTruncate(c) => c.check(path, problems),
+            OpConfig::TextPack(c) => c.check(path, problems),
             OpConfig::TableSelect(c) => c.check(path, problems),
             OpConfig::TableCast(c) => c.check(path, problems),
             OpConfig::TestSleep(c) => c.check(path, problems),

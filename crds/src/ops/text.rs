@@ -1,4 +1,5 @@
-//! Text operators: tokenization with a Hugging Face `tokenizer.json`, truncation and padding.
+//! Text operators: tokenization with a Hugging Face `tokenizer.json`, truncation, padding and
+//! packing.
 
 use super::default_text_field;
 use crate::Problem;
@@ -45,6 +46,59 @@ pub struct Truncate {
     #[serde(default = "default_token_fields")]
     pub fields: Vec<String>,
 }
+
+/// `text.pack`: concatenates a split's tokenized documents, each followed by `eos`, into rows of
+/// exactly `length` tokens, in the split's order. Each row is one element with the int64
+/// tensors `input_ids`, `position_ids` (each token's position in its document, from 0) and
+/// `segment_ids` (1, 2, ... for the documents of the row, 0 on padding), all of shape
+/// [`length`]; the documents' other fields are not kept. A document longer than the room left
+/// continues in the next row, its positions counting on. Rows never cross splits, so a split's
+/// rows are the same whenever it is computed; the split's last row is padded (see `lastRow`).
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pack {
+    /// Tokens per row, from 1 to 1048576 (e.g. the model's context, 2048).
+    #[schemars(range(min = 1, max = 1048576))]
+    pub length: u32,
+    /// Token id appended after every document (the tokenizer's end-of-text id, e.g. 50256 for
+    /// GPT-2), at least 0.
+    #[schemars(range(min = 0))]
+    pub eos: i64,
+    /// Token id that fills the end of the split's last row (position and segment 0 there), at
+    /// least 0. Defaults to 0.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub pad_id: i64,
+    /// The 1-D integer token field packed. Defaults to `input_ids`.
+    #[serde(default = "default_pack_field")]
+    pub field: String,
+    /// What becomes of the split's last row when its documents do not fill it: `pad` (the
+    /// default) fills it with `padId`, so no token is lost; `drop` leaves it out, so every row
+    /// is full but the tokens of that row are not seen this epoch.
+    #[serde(default)]
+    pub last_row: LastRow,
+}
+
+/// What `text.pack` does with a split's last row when its documents do not fill it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LastRow {
+    /// Fill it with `padId` (position and segment 0 there).
+    #[default]
+    Pad,
+    /// Leave it out.
+    Drop,
+}
+
+/// Largest accepted `text.pack` `length`.
+pub const MAX_PACK_LENGTH: u32 = 1 << 20;
+
+fn default_pack_field() -> String {
+    PACK_FIELD.to_string()
+}
+
+/// The token field `text.pack` reads when the stage names none, and the field of its rows' ids.
+pub const PACK_FIELD: &str = "input_ids";
 
 fn default_token_fields() -> Vec<String> {
     vec!["input_ids".to_string(), "attention_mask".to_string()]
@@ -103,6 +157,40 @@ impl Truncate {
                 problems
                     .push(Problem::new(format!("{path}.fields[{i}]"), format!("`{field}` is listed twice")));
             }
+        }
+    }
+}
+
+impl Pack {
+    /// The `op` name: `text.pack`.
+    pub const OP: &str = "text.pack";
+
+    pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
+        if self.length == 0 {
+            problems.push(Problem::new(
+                format!("{path}.length"),
+                "must be >= 1 (tokens per row), e.g. 2048 for a 2048-token context",
+            ));
+        } else if self.length > MAX_PACK_LENGTH {
+            problems.push(Problem::new(
+                format!("{path}.length"),
+                format!("is {}; the most is {MAX_PACK_LENGTH} tokens per row", self.length),
+            ));
+        }
+        if self.eos < 0 {
+            problems.push(Problem::new(
+                format!("{path}.eos"),
+                "must be a token id >= 0: the tokenizer's end-of-text id (e.g. 50256 for GPT-2)",
+            ));
+        }
+        if self.pad_id < 0 {
+            problems.push(Problem::new(format!("{path}.padId"), "must be a token id >= 0; remove it for 0"));
+        }
+        if self.field.is_empty() {
+            problems.push(Problem::new(
+                format!("{path}.field"),
+                format!("must name the token field; remove it for `{PACK_FIELD}`"),
+            ));
         }
     }
 }
