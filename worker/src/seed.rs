@@ -30,6 +30,8 @@ pub enum Stream {
     Element = 3,
     /// A batched stage's call on a group of consecutive elements.
     Group = 4,
+    /// The stages after `text.pack` on one packed row.
+    Row = 5,
 }
 
 /// A seeded random number generator with the few draws the operators need.

@@ -170,7 +170,9 @@ fn sample(
         // A filter that drops the element ends its run, as in the executor: the stages after it
         // cost nothing for it, so their time per sampled element counts only the survivors.
         let mut dropped = false;
-        for (j, (stage, nanos)) in plan.stages.iter().zip(stage_nanos.iter_mut()).enumerate() {
+        // `text.pack` and what follows it run on whole splits' rows, not on single elements.
+        let stages = &plan.stages[..plan.element_stages()];
+        for (j, (stage, nanos)) in stages.iter().zip(stage_nanos.iter_mut()).enumerate() {
             kept.at(&cuts, j, &element, limits.cut_bytes);
             let t = Stopwatch::start();
             let fate = stage
@@ -184,7 +186,7 @@ fn sample(
             }
         }
         if !dropped {
-            kept.at(&cuts, plan.stages.len(), &element, limits.cut_bytes);
+            kept.at(&cuts, stages.len(), &element, limits.cut_bytes);
         }
         n += 1;
     }

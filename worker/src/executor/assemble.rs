@@ -1,8 +1,10 @@
 //! The assembler: restores task order, shuffles within each split, stacks batches. Elements a
 //! filter dropped take their place in the order and nothing else: they reach neither the shuffle
-//! buffer nor a batch, and the split's count leaves them out.
+//! buffer nor a batch, and the split's count leaves them out. With `text.pack`, the split's
+//! elements are packed here, in order, and its rows are what is shuffled, batched and counted.
 
-use super::{CacheUse, Done, ExecError, Output, Plan, Task};
+use super::pack::SplitPack;
+use super::{CacheUse, Done, ExecError, Output, Plan, StageTimes, Task};
 use crate::batch::{BatchBuilder, BatchOrigin};
 use crate::budget::Budget;
 use crate::cache::write::WriteThread;
@@ -26,6 +28,10 @@ struct SplitState {
     elements: u64,
     /// The split's entry is being written.
     writing: bool,
+    /// `text.pack`: the split's packing, when the plan packs.
+    pack: Option<SplitPack>,
+    /// Rows the packing made from the last element, not yet taken in.
+    rows: Vec<Element>,
 }
 
 type Out<'a> = &'a Sender<Result<Output, ExecError>>;
@@ -44,7 +50,39 @@ impl SplitState {
             sequence: 0,
             elements: 0,
             writing,
+            pack: SplitPack::new(plan),
+            rows: Vec::new(),
         }
+    }
+
+    /// Takes one computed element in, or the rows it completes when the plan packs; false when
+    /// the consumer is gone.
+    fn take(
+        &mut self,
+        plan: &Plan,
+        element: Element,
+        out: Out<'_>,
+        budget: &Arc<Budget>,
+        times: &StageTimes,
+    ) -> Result<bool, ExecError> {
+        let Some(pack) = self.pack.as_mut() else {
+            return self.push(plan, element, out, budget);
+        };
+        pack.push(plan, self.task, self.split_id, &element, times, &mut self.rows)?;
+        drop(element);
+        self.take_rows(plan, out, budget)
+    }
+
+    /// Takes in the rows the packing made; false when the consumer is gone.
+    fn take_rows(&mut self, plan: &Plan, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
+        let mut rows = std::mem::take(&mut self.rows);
+        for row in rows.drain(..) {
+            if !self.push(plan, row, out, budget)? {
+                return Ok(false);
+            }
+        }
+        self.rows = rows;
+        Ok(true)
     }
 
     /// Takes one element in; false when the consumer is gone.
@@ -84,8 +122,22 @@ impl SplitState {
         out.send(Ok(Output::Batch { batch, tail })).is_ok()
     }
 
-    /// Drains the shuffle buffer and emits the tail batch and the split's completion.
-    fn finish(mut self, out: Out<'_>, budget: &Arc<Budget>, cache: CacheOutcome) -> Result<bool, ExecError> {
+    /// Packs the split's last row, drains the shuffle buffer and emits the tail batch and the
+    /// split's completion.
+    fn finish(
+        mut self,
+        plan: &Plan,
+        out: Out<'_>,
+        budget: &Arc<Budget>,
+        times: &StageTimes,
+        cache: CacheOutcome,
+    ) -> Result<bool, ExecError> {
+        if let Some(pack) = self.pack.take() {
+            pack.finish(plan, self.task, self.split_id, times, &mut self.rows)?;
+            if !self.take_rows(plan, out, budget)? {
+                return Ok(false);
+            }
+        }
         if let Some(mut rng) = self.rng.take() {
             while !self.buffer.is_empty() {
                 let i = rng.below(self.buffer.len() as u64) as usize;
@@ -149,8 +201,15 @@ impl Writer<'_> {
     }
 }
 
-pub(super) fn run(plan: &Plan, done: &Receiver<Done>, out: Out<'_>, budget: &Arc<Budget>, rt: &Handle) {
-    if let Err(e) = assemble(plan, done, out, budget, rt) {
+pub(super) fn run(
+    plan: &Plan,
+    done: &Receiver<Done>,
+    out: Out<'_>,
+    budget: &Arc<Budget>,
+    times: &StageTimes,
+    rt: &Handle,
+) {
+    if let Err(e) = assemble(plan, done, out, budget, times, rt) {
         let _ = out.send(Err(e));
     }
 }
@@ -160,6 +219,7 @@ fn assemble(
     done: &Receiver<Done>,
     out: Out<'_>,
     budget: &Arc<Budget>,
+    times: &StageTimes,
     rt: &Handle,
 ) -> Result<(), ExecError> {
     let mut writer = Writer { rt, thread: None };
@@ -185,7 +245,7 @@ fn assemble(
                     {
                         writer.record(record);
                     }
-                    if !state.push(plan, element, out, budget)? {
+                    if !state.take(plan, element, out, budget, times)? {
                         return Ok(());
                     }
                 }
@@ -206,7 +266,7 @@ fn assemble(
                         None => SplitState::new(plan, task, split_id, &mut writer),
                     };
                     let cache = if state.writing { writer.end(read) } else { CacheOutcome::from_read(read) };
-                    if !state.finish(out, budget, cache)? {
+                    if !state.finish(plan, out, budget, times, cache)? {
                         return Ok(());
                     }
                 }

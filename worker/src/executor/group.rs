@@ -41,7 +41,7 @@ pub(super) fn run(
     members: &mut [Member],
     times: &StageTimes,
 ) -> Result<Vec<Ran>, ExecError> {
-    let n = plan.stages.len();
+    let n = plan.element_stages();
     let mut progress: Vec<Progress> = members
         .iter()
         .map(|m| Progress {

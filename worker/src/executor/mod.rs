@@ -17,10 +17,15 @@
 //! shuffle buffer or a batch, and `Output::SplitDone` counts the elements the split produced.
 //! Whether an element is dropped depends only on the element and its own seeded stream, so this
 //! too is the same for any thread count and on a re-run.
+//!
+//! `text.pack` regroups a split's documents into rows: compute threads run the stages before it,
+//! and the assembler packs the split's elements in their restored order and runs the stages
+//! after it on the rows, before the shuffle ([`pack`]).
 
 mod assemble;
 mod cached;
 mod group;
+mod pack;
 
 use crate::batch::{Batch, BatchError};
 use crate::budget::{Budget, Permit};
@@ -69,6 +74,12 @@ impl Plan {
     /// Elements per group when a stage takes groups (a batched `python.map`): `batch.size`.
     fn group_size(&self) -> Option<usize> {
         self.stages.iter().any(|s| s.op.batched()).then_some(self.batch_size.max(1))
+    }
+
+    /// The stages compute threads run on each element: those before `text.pack`, which the
+    /// assembler runs over whole splits (with the stages after it); all when nothing packs.
+    pub fn element_stages(&self) -> usize {
+        self.stages.iter().position(|s| s.op.packing().is_some()).unwrap_or(self.stages.len())
     }
 
     /// The index in `stages` where cut `cut` of `spec.stages` falls (the entry holds the output
@@ -413,7 +424,8 @@ pub fn execute(
     drop(done_tx);
     handles.push(spawn("granary-assembler", {
         let budget = Arc::clone(&budget);
-        move || assemble::run(&plan, &done_rx, &out_tx, &budget, &rt)
+        let times = Arc::clone(&times);
+        move || assemble::run(&plan, &done_rx, &out_tx, &budget, &times, &rt)
     }));
     Execution { outputs: out_rx, budget, times, threads: handles, failed: false }
 }
@@ -443,11 +455,11 @@ fn read(
             let _ = done.send(Done::Failed { seq, error });
             return;
         };
+        let split_id = task.split as u64;
         let mut stopped = false;
         let group = plan.group_size();
         let mut members: Vec<Member> = Vec::new();
         let mut send = |index: u64, start: usize, element: Element| {
-        let split_id = task.split as u64;
             let Some(permit) = budget.acquire(element.nbytes()) else {
                 stopped = true;
                 return false;
@@ -546,7 +558,7 @@ fn run_element(
     rng: &mut SeededRng,
     times: &StageTimes,
 ) -> Result<Ran, ExecError> {
-    let n = plan.stages.len();
+    let n = plan.element_stages();
     let ran = match write_cut(plan, task, start) {
         None => Ran { fate: apply(plan, start.min(n)..n, element, rng, times)?, record: None },
         Some(j) => {

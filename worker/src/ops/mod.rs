@@ -92,6 +92,13 @@ pub trait Operator: Send + Sync {
         self.apply_group(elements, rng)?;
         Ok(None)
     }
+
+    /// The split-level packing this stage does, when it is `text.pack`: the executor then feeds
+    /// it a split's elements in order and runs the later stages on its rows, rather than calling
+    /// [`Operator::run`] per element.
+    fn packing(&self) -> Option<&text::pack::PackOp> {
+        None
+    }
 }
 
 /// Builds the implementation of one stage.
@@ -106,6 +113,7 @@ pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>,
         OpConfig::TextTokenize(c) => Box::new(text::tokenize::TokenizeOp::new(c, ctx)?),
         OpConfig::TextTruncatePad(c) => Box::new(text::truncate_pad::TruncatePadOp::new(c)),
         OpConfig::TextTruncate(c) => Box::new(text::truncate::TruncateOp::new(c)),
+        OpConfig::TextPack(c) => Box::new(text::pack::PackOp::new(c)),
         OpConfig::TableSelect(c) => Box::new(table::select::SelectOp::new(c)),
         OpConfig::TableCast(c) => Box::new(table::cast::CastOp::new(c)),
         OpConfig::TestSleep(c) => Box::new(test::sleep::SleepOp::new(c)),
