@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-pub struct InputPipelineSpec {
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "has(self.source) != has(self.sources)",
@@ -38,6 +37,7 @@ pub struct InputPipelineSpec {
         "message": "`mixing` applies only to `sources`"
     }
 ]))]
+pub struct InputPipelineSpec {
     /// Where the samples live and how they are stored. Give this or `sources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceSpec>,
@@ -82,7 +82,6 @@ pub struct InputPipelineSpec {
     pub python: Option<PythonSpec>,
 }
 
-fn default_epochs() -> u32 {
 impl InputPipelineSpec {
     /// The pipeline's inputs: its single `source`, or each of `sources`, in order. Split ids are
     /// numbered across them in this order.
@@ -116,6 +115,7 @@ impl InputPipelineSpec {
     }
 }
 
+fn default_epochs() -> u32 {
     1
 }
 
