@@ -3,6 +3,7 @@
 use bytes::BytesMut;
 use granary_proto::v1::BatchPart;
 
+use crate::pad::Column;
 use crate::tensor::{Tensor, dimensions};
 
 /// One batch of a consumer's epoch.
@@ -42,7 +43,8 @@ impl Batch {
 
     /// Joins the parts of a slot, given in plan order, along the leading axis. A single part is
     /// used as is, without copying its data; a tensor whose final `image.normalize` the worker
-    /// left to the client is normalized here, straight into the batch's buffer.
+    /// left to the client is normalized here, straight into the batch's buffer; the fields of
+    /// `spec.batch.pad` are padded to the slot's longest row, and their mask added last.
     pub(crate) fn from_parts(epoch: u32, slot: u64, parts: Vec<BatchPart>) -> Result<Batch, String> {
         let mut parts: Vec<BatchPart> = if parts.len() > 1 {
             // Empty parts carry nothing, and may carry no tensors at all.
@@ -73,7 +75,14 @@ impl Batch {
                 column.push(tensor);
             }
         }
-        let tensors = pieces.into_iter().map(join).collect::<Result<Vec<_>, _>>()?;
+        let columns = pieces
+            .into_iter()
+            .map(|column| match column.first().is_some_and(|t| t.padding.is_some()) {
+                true => crate::pad::join(column).map(Column::Ragged),
+                false => join(column).map(Column::Dense),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tensors = crate::pad::finish(columns)?;
         Ok(Batch { epoch, slot, keys, tensors, wire_bytes })
     }
 }
@@ -131,6 +140,10 @@ pub(crate) fn check_part(part: &BatchPart) -> Result<(), String> {
             ));
         }
         let elements = tensor.shape.iter().try_fold(1u64, |total, &dimension| total.checked_mul(dimension));
+        if tensor.padding.is_some() {
+            // Ragged rows: their lengths, not the shape, give the bytes (checked when joined).
+            continue;
+        }
         let bytes = tensor.data.len() as u64;
         let matches = match (elements, dtype_bytes(&tensor.dtype)) {
             (Some(elements), Some(size)) => elements.checked_mul(size) == Some(bytes),
@@ -185,6 +198,7 @@ mod tests {
                     shape: vec![rows, 2],
                     data: Bytes::from(vec![fill; rows as usize * 2]),
                     normalize: None,
+                    padding: None,
                 },
                 granary_proto::v1::Tensor {
                     name: "label".into(),
@@ -192,6 +206,7 @@ mod tests {
                     shape: vec![rows],
                     data: Bytes::from(vec![fill; rows as usize * 8]),
                     normalize: None,
+                    padding: None,
                 },
             ],
         }

@@ -153,6 +153,7 @@ mod tests {
                 (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>(),
             ),
             normalize: Some(Normalize { mean: MEAN.to_vec(), std: STD.to_vec(), layout: layout.into() }),
+            padding: None,
         }
     }
 

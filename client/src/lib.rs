@@ -29,6 +29,7 @@ mod heartbeat;
 mod metrics;
 mod mode;
 mod options;
+mod pad;
 mod plan;
 mod position;
 mod ranges;

@@ -1,9 +1,18 @@
 //! Batches: named tensors stacked along a new leading axis, each one contiguous little-endian
-//! buffer, plus the keys of the elements in order.
+//! buffer, plus the keys of the elements in order. With `spec.batch.pad`, the padded fields stay
+//! ragged (see [`Ragged`]) until the batch is final; `spec.batch.bucket` groups a split's
+//! elements by length ([`Batcher`]).
+
+mod bucket;
+mod pad;
+
+pub use self::bucket::{Batcher, Bucketing};
+pub use self::pad::{Padding, Ragged};
 
 use crate::budget::Permit;
 use crate::element::{Element, Value};
 use crate::tensor::DType;
+use std::sync::Arc;
 
 /// One stacked tensor of a batch.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,13 +55,19 @@ pub struct Batch {
     pub keys: Vec<String>,
     /// Stacked fields, in the elements' field order.
     pub tensors: Vec<BatchTensor>,
+    /// Set while the fields of `spec.batch.pad` are not padded yet: each row's length. The
+    /// batches the engine hands out ([`crate::Engine::run_epoch`]) are padded, with the mask.
+    pub ragged: Option<Ragged>,
     /// Memory the batch holds against the prefetch budget.
     pub(crate) permit: Option<Permit>,
 }
 
 impl PartialEq for Batch {
     fn eq(&self, other: &Self) -> bool {
-        self.epoch == other.epoch && self.keys == other.keys && self.tensors == other.tensors
+        self.epoch == other.epoch
+            && self.keys == other.keys
+            && self.tensors == other.tensors
+            && self.ragged == other.ragged
     }
 }
 
@@ -75,6 +90,12 @@ impl Batch {
     /// Bytes of tensor data.
     pub fn nbytes(&self) -> usize {
         self.tensors.iter().map(|t| t.data.len()).sum()
+    }
+
+    /// Pads a ragged batch's padded fields to one width, its longest row rounded up to
+    /// `multipleOf`, and appends the mask (the last tensor). A dense batch stays as it is.
+    pub fn pad(&mut self) {
+        pad::pad_batch(self);
     }
 }
 
@@ -107,7 +128,7 @@ pub enum BatchError {
     },
     /// Tensor shapes or types differ between elements.
     #[error(
-        "element `{key}`: field `{field}` is {found} but the batch's is {expected}; elements of a batch need equal shapes (add `image.resize` + `image.center_crop`, `image.random_resized_crop`, or `text.truncate_pad`)"
+        "element `{key}`: field `{field}` is {found} but the batch's is {expected}; elements of a batch need equal shapes (add `image.resize` + `image.center_crop`, `image.random_resized_crop`, or `text.truncate_pad`; or list a field whose length varies in `spec.batch.pad.fields`)"
     )]
     Shape {
         /// Element key.
@@ -118,6 +139,14 @@ pub enum BatchError {
         expected: String,
         /// The element's dtype and shape.
         found: String,
+    },
+    /// A field listed in `spec.batch.pad` cannot be padded.
+    #[error("element `{key}`: {message}")]
+    Pad {
+        /// Element key.
+        key: String,
+        /// What is wrong, naming the field.
+        message: String,
     },
 }
 
@@ -131,12 +160,77 @@ pub struct BatchBuilder {
     capacity: usize,
     keys: Vec<String>,
     tensors: Vec<BatchTensor>,
+    /// `spec.batch.pad`, when some fields vary in length.
+    padding: Option<Arc<Padding>>,
+    /// The first-axis length of each row of the padded fields.
+    lengths: Vec<usize>,
 }
 
 impl BatchBuilder {
     /// A builder for batches of up to `capacity` elements.
     pub fn new(capacity: usize) -> BatchBuilder {
-        BatchBuilder { capacity, keys: Vec::new(), tensors: Vec::new() }
+        BatchBuilder::with_padding(capacity, None)
+    }
+
+    /// A builder for batches of up to `capacity` elements whose fields `padding` lists vary in
+    /// length: its batches are [`Ragged`] (see [`Batch::pad`]).
+    pub fn with_padding(capacity: usize, padding: Option<Arc<Padding>>) -> BatchBuilder {
+        BatchBuilder { capacity, keys: Vec::new(), tensors: Vec::new(), padding, lengths: Vec::new() }
+    }
+
+    /// The length of the padded fields of an element: every one is there, with at least one
+    /// axis, all of one length, and no field has the mask's name. `None` without padding.
+    fn padded_length(&self, key: &str, fields: &[(String, Value)]) -> Result<Option<usize>, BatchError> {
+        let Some(padding) = &self.padding else { return Ok(None) };
+        let error = |message: String| BatchError::Pad { key: key.to_string(), message };
+        let names = || fields.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let mut length: Option<(usize, &str)> = None;
+        for field in &padding.fields {
+            let len = match fields.iter().find(|(n, _)| n == field) {
+                None => {
+                    return Err(error(format!(
+                        "`spec.batch.pad` lists `{field}`, which the element lacks (its fields: {})",
+                        names()
+                    )));
+                }
+                Some((_, Value::Tensor(t))) => match t.shape.first() {
+                    Some(&len) => len,
+                    None => {
+                        return Err(error(format!(
+                            "field `{field}` is a scalar; `spec.batch.pad` pads along a first axis"
+                        )));
+                    }
+                },
+                Some((_, value)) => {
+                    return Err(BatchError::NotTensor {
+                        key: key.to_string(),
+                        field: field.clone(),
+                        kind: value.kind(),
+                    });
+                }
+            };
+            match length {
+                None => length = Some((len, field)),
+                Some((first, name)) if first != len => {
+                    return Err(error(format!(
+                        "field `{field}` has {len} positions but `{name}` has {first}; the fields of \
+                         `spec.batch.pad.fields` share one length (and one mask) in each element"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        if fields.iter().any(|(n, _)| *n == padding.mask) {
+            return Err(error(format!(
+                "the element has a field `{}`, the mask's name; set `spec.batch.pad.mask` to another",
+                padding.mask
+            )));
+        }
+        Ok(length.map(|(len, _)| len))
+    }
+
+    fn padded(&self, name: &str) -> bool {
+        self.padding.as_ref().is_some_and(|p| p.pads(name))
     }
 
     /// Elements added so far.
@@ -157,8 +251,10 @@ impl BatchBuilder {
     /// Appends one element's fields.
     pub fn push(&mut self, element: Element) -> Result<(), BatchError> {
         let Element { key, fields } = element;
+        let length = self.padded_length(&key, &fields)?;
         if self.keys.is_empty() {
             self.tensors.clear();
+            self.lengths.clear();
             for (name, value) in &fields {
                 let Value::Tensor(t) = value else {
                     return Err(BatchError::NotTensor { key, field: name.clone(), kind: value.kind() });
@@ -169,6 +265,7 @@ impl BatchBuilder {
                 shape.extend_from_slice(&t.shape);
                 self.tensors.push(BatchTensor { name: name.clone(), dtype: t.dtype(), shape, data });
             }
+            self.lengths.extend(length);
             self.keys.push(key);
             return Ok(());
         }
@@ -185,7 +282,12 @@ impl BatchBuilder {
             let Value::Tensor(t) = value else {
                 return Err(BatchError::NotTensor { key, field: name.clone(), kind: value.kind() });
             };
-            if t.dtype() != slot.dtype || t.shape[..] != slot.shape[1..] {
+            let same = if self.padded(name) {
+                !t.shape.is_empty() && t.shape[1..] == slot.shape[2..]
+            } else {
+                t.shape[..] == slot.shape[1..]
+            };
+            if t.dtype() != slot.dtype || !same {
                 return Err(BatchError::Shape {
                     key,
                     field: name.clone(),
@@ -194,32 +296,46 @@ impl BatchBuilder {
                 });
             }
         }
-        for ((_, value), slot) in fields.iter().zip(&mut self.tensors) {
+        let padding = self.padding.clone();
+        for ((name, value), slot) in fields.iter().zip(&mut self.tensors) {
             if let Value::Tensor(t) = value {
                 slot.data.extend_from_slice(t.as_le_bytes());
                 slot.shape[0] += 1;
+                if padding.as_ref().is_some_and(|p| p.pads(name))
+                    && let (Some(axis), Some(&len)) = (slot.shape.get_mut(1), t.shape.first())
+                {
+                    *axis = (*axis).max(len);
+                }
             }
         }
+        self.lengths.extend(length);
         self.keys.push(key);
         Ok(())
     }
 
-    /// Takes the batch built so far and starts a new one.
+    /// Takes the batch built so far and starts a new one; with padding it is [`Ragged`].
     pub fn finish(&mut self, epoch: u32, origin: Option<BatchOrigin>) -> Batch {
+        let ragged = self.padding.as_ref().filter(|_| !self.keys.is_empty()).map(|padding| Ragged {
+            lengths: std::mem::take(&mut self.lengths),
+            padding: Arc::clone(padding),
+        });
+        self.lengths.clear();
         Batch {
             epoch,
             origin,
             keys: std::mem::take(&mut self.keys),
             tensors: std::mem::take(&mut self.tensors),
+            ragged,
             permit: None,
         }
     }
 }
 
-/// Appends `other`'s elements to `batch` (same fields, dtypes and per-element shapes). When
-/// `batch` lacks room, its buffers move to recycled ones with room for `room` elements (or
-/// all of them, if more), so that merging many small batches copies each element once.
-pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchError> {
+/// Appends `other`'s elements to `batch` (same fields, dtypes and per-element shapes; the rows
+/// of ragged batches may differ in length). When `batch` lacks room, its buffers move to
+/// recycled ones with room for `room` elements (or all of them, if more), so that merging many
+/// small batches copies each element once.
+pub fn concat(batch: &mut Batch, mut other: Batch, room: usize) -> Result<(), BatchError> {
     if batch.is_empty() {
         let permit = batch.permit.take();
         *batch = other;
@@ -227,6 +343,9 @@ pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchE
             mine.absorb(p);
             batch.permit = Some(mine);
         }
+        return Ok(());
+    }
+    if other.is_empty() {
         return Ok(());
     }
     let key = other.keys.first().cloned().unwrap_or_default();
@@ -239,8 +358,15 @@ pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchE
             found: other.tensors.iter().map(|t| t.name.clone()).collect(),
         });
     }
+    let padding = match (&batch.ragged, &other.ragged) {
+        (Some(a), Some(_)) => Some(Arc::clone(&a.padding)),
+        _ => None,
+    };
+    let padded = |name: &str| padding.as_ref().is_some_and(|p| p.pads(name));
     for (a, b) in other.tensors.iter().zip(&batch.tensors) {
-        if a.dtype != b.dtype || a.shape[1..] != b.shape[1..] {
+        let from = if padded(&a.name) { 2 } else { 1 };
+        if a.dtype != b.dtype || a.shape.get(from..) != b.shape.get(from..) || a.shape.len() != b.shape.len()
+        {
             return Err(BatchError::Shape {
                 key,
                 field: a.name.clone(),
@@ -252,17 +378,28 @@ pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchE
     let total = batch.len() + other.len();
     for (a, b) in other.tensors.iter().zip(&mut batch.tensors) {
         if b.data.capacity() - b.data.len() < a.data.len() {
-            let per = b.data.len() / batch.keys.len().max(1);
-            let mut bigger = crate::buffers::take(per * room.max(total));
+            // Ragged rows vary: room for `room` rows as long as the longest so far.
+            let per = if padded(&b.name) {
+                pad::per_position(b) * b.shape[1].max(a.shape[1])
+            } else {
+                b.data.len() / batch.keys.len().max(1)
+            };
+            let mut bigger = crate::buffers::take((per * room.max(total)).max(b.data.len() + a.data.len()));
             bigger.extend_from_slice(&b.data);
             crate::buffers::give(std::mem::replace(&mut b.data, bigger));
         }
         b.data.extend_from_slice(&a.data);
         b.shape[0] += a.shape[0];
+        if padded(&b.name) {
+            b.shape[1] = b.shape[1].max(a.shape[1]);
+        }
     }
-    batch.keys.extend(other.keys);
+    if let (Some(mine), Some(theirs)) = (batch.ragged.as_mut(), other.ragged.take()) {
+        mine.lengths.extend(theirs.lengths);
+    }
+    batch.keys.extend(std::mem::take(&mut other.keys));
     batch.origin = None;
-    match (&mut batch.permit, other.permit) {
+    match (&mut batch.permit, other.permit.take()) {
         (Some(mine), Some(p)) => mine.absorb(p),
         (slot @ None, Some(p)) => *slot = Some(p),
         _ => {}
@@ -273,24 +410,47 @@ pub fn concat(batch: &mut Batch, other: Batch, room: usize) -> Result<(), BatchE
 /// Splits `batch` after its first `n` elements; returns the rest, in a recycled buffer with
 /// room for `room` elements (or all of the rest, if more).
 pub fn split_off(batch: &mut Batch, n: usize, room: usize) -> Batch {
-    let keys = batch.keys.split_off(n.min(batch.keys.len()));
+    let n = n.min(batch.keys.len());
+    let keys = batch.keys.split_off(n);
+    let ragged = batch.ragged.as_mut().map(|r| Ragged {
+        lengths: r.lengths.split_off(n.min(r.lengths.len())),
+        padding: Arc::clone(&r.padding),
+    });
+    let head_longest = batch.ragged.as_ref().map_or(0, Ragged::longest);
+    let tail_longest = ragged.as_ref().map_or(0, Ragged::longest);
+    let padding = ragged.as_ref().map(|r| Arc::clone(&r.padding));
     let tensors = batch
         .tensors
         .iter_mut()
         .map(|t| {
-            let per: usize = t.shape[1..].iter().product::<usize>() * t.dtype.size();
-            let at = (n * per).min(t.data.len());
-            let mut data = crate::buffers::take(per * room.max(keys.len()));
+            let padded = padding.as_ref().is_some_and(|p| p.pads(&t.name));
+            let (at, per_row) = match batch.ragged.as_ref().filter(|_| padded) {
+                Some(head) => {
+                    let per = pad::per_position(t);
+                    (head.lengths.iter().sum::<usize>() * per, per * tail_longest)
+                }
+                None => {
+                    let per: usize = t.shape[1..].iter().product::<usize>() * t.dtype.size();
+                    (n * per, per)
+                }
+            };
+            let at = at.min(t.data.len());
+            let rest = t.data.len() - at;
+            let mut data = crate::buffers::take((per_row * room.max(keys.len())).max(rest));
             data.extend_from_slice(&t.data[at..]);
             t.data.truncate(at);
             let mut shape = t.shape.clone();
             shape[0] = keys.len();
             t.shape[0] = n;
+            if padded {
+                shape[1] = tail_longest;
+                t.shape[1] = head_longest;
+            }
             BatchTensor { name: t.name.clone(), dtype: t.dtype, shape, data }
         })
         .collect();
     batch.origin = None;
-    Batch { epoch: batch.epoch, origin: None, keys, tensors, permit: None }
+    Batch { epoch: batch.epoch, origin: None, keys, tensors, ragged, permit: None }
 }
 
 #[cfg(test)]
@@ -327,6 +487,116 @@ mod tests {
         assert_eq!(rest.tensor("x").unwrap().shape, vec![3, 2]);
         let x: &[f32] = bytemuck::cast_slice(&rest.tensor("x").unwrap().data);
         assert_eq!(x[0], 1.0);
+    }
+
+    fn tokens(key: &str, ids: &[i64]) -> Element {
+        let mut e = Element::new(key);
+        e.set("ids", Value::Tensor(Tensor::new(vec![ids.len()], TensorData::I64(ids.to_vec())).unwrap()));
+        e.set("label", Value::Tensor(Tensor::scalar_i64(ids.len() as i64)));
+        e
+    }
+
+    fn padding(multiple_of: usize) -> Arc<Padding> {
+        Arc::new(Padding { fields: vec!["ids".into()], multiple_of, value: -1.0, mask: "ids_mask".into() })
+    }
+
+    fn ids(batch: &Batch) -> Vec<i64> {
+        bytemuck::cast_slice::<u8, i64>(&batch.tensor("ids").unwrap().data).to_vec()
+    }
+
+    fn ragged_batch(rows: &[&[i64]], multiple_of: usize) -> Batch {
+        let mut b = BatchBuilder::with_padding(rows.len(), Some(padding(multiple_of)));
+        for (i, r) in rows.iter().enumerate() {
+            b.push(tokens(&format!("k{i}"), r)).unwrap();
+        }
+        b.finish(0, None)
+    }
+
+    fn padded_batch(rows: &[&[i64]], multiple_of: usize) -> Batch {
+        let mut batch = ragged_batch(rows, multiple_of);
+        batch.pad();
+        batch
+    }
+
+    #[test]
+    fn pads_to_the_longest_element_with_a_mask() {
+        let ragged = ragged_batch(&[&[1, 2], &[3, 4, 5], &[6]], 1);
+        assert_eq!(ragged.ragged.as_ref().unwrap().lengths, vec![2, 3, 1]);
+        assert_eq!(ragged.tensor("ids").unwrap().shape, vec![3, 3], "as wide as its longest row");
+        assert_eq!(ids(&ragged), vec![1, 2, 3, 4, 5, 6], "rows back to back, unpadded");
+        assert!(ragged.tensor("ids_mask").is_none());
+        let batch = padded_batch(&[&[1, 2], &[3, 4, 5], &[6]], 1);
+        assert!(batch.ragged.is_none());
+        assert_eq!(batch.tensor("ids").unwrap().shape, vec![3, 3]);
+        assert_eq!(ids(&batch), vec![1, 2, -1, 3, 4, 5, 6, -1, -1]);
+        let mask = batch.tensor("ids_mask").unwrap();
+        assert_eq!((mask.dtype, mask.shape.clone()), (DType::Uint8, vec![3, 3]));
+        assert_eq!(mask.data, vec![1, 1, 0, 1, 1, 1, 1, 0, 0]);
+        assert_eq!(batch.tensor("label").unwrap().shape, vec![3]);
+        assert_eq!(batch.tensors.last().unwrap().name, "ids_mask");
+    }
+
+    #[test]
+    fn rounds_the_width_up_to_multiple_of() {
+        let batch = padded_batch(&[&[1, 2, 3, 4, 5], &[6]], 4);
+        assert_eq!(batch.tensor("ids").unwrap().shape, vec![2, 8]);
+        assert_eq!(ids(&batch)[..8], [1, 2, 3, 4, 5, -1, -1, -1]);
+        assert_eq!(batch.tensor("ids_mask").unwrap().data[8..], [1, 0, 0, 0, 0, 0, 0, 0]);
+        let exact = padded_batch(&[&[1, 2, 3, 4]], 4);
+        assert_eq!(exact.tensor("ids").unwrap().shape, vec![1, 4]);
+        let empty = padded_batch(&[&[], &[]], 8);
+        assert_eq!(empty.tensor("ids").unwrap().shape, vec![2, 0]);
+    }
+
+    #[test]
+    fn ragged_batches_concat_and_split_by_row_lengths() {
+        let mut narrow = ragged_batch(&[&[1]], 1);
+        concat(&mut narrow, ragged_batch(&[&[2, 3, 4], &[5, 6]], 1), 4).unwrap();
+        assert_eq!(narrow.tensor("ids").unwrap().shape, vec![3, 3]);
+        assert_eq!(narrow.ragged.as_ref().unwrap().lengths, vec![1, 3, 2]);
+        let rest = split_off(&mut narrow, 2, 4);
+        assert_eq!((ids(&narrow), ids(&rest)), (vec![1, 2, 3, 4], vec![5, 6]));
+        assert_eq!(rest.tensor("ids").unwrap().shape, vec![1, 2]);
+        assert_eq!(rest.tensor("label").unwrap().shape, vec![1]);
+        let mut head = narrow;
+        head.pad();
+        assert_eq!(ids(&head), vec![1, -1, -1, 2, 3, 4]);
+        assert_eq!(head.tensor("ids_mask").unwrap().data, vec![1, 0, 0, 1, 1, 1]);
+        // Padded batches of different widths do not concat.
+        let mut a = padded_batch(&[&[1]], 1);
+        assert!(matches!(concat(&mut a, padded_batch(&[&[1, 2]], 1), 2), Err(BatchError::Shape { .. })));
+    }
+
+    #[test]
+    fn padded_fields_share_one_length() {
+        let mut b = BatchBuilder::with_padding(
+            2,
+            Some(Arc::new(Padding {
+                fields: vec!["ids".into(), "other".into()],
+                multiple_of: 1,
+                value: 0.0,
+                mask: "m".into(),
+            })),
+        );
+        let mut e = tokens("a", &[1, 2]);
+        e.set("other", Value::Tensor(Tensor::new(vec![3], TensorData::I64(vec![0; 3])).unwrap()));
+        let err = b.push(e).unwrap_err().to_string();
+        assert!(err.contains("`other` has 3 positions but `ids` has 2"), "{err}");
+    }
+
+    #[test]
+    fn padding_errors_name_the_field() {
+        let mut b = BatchBuilder::with_padding(2, Some(padding(1)));
+        let err = b.push(element("a", 0.0)).unwrap_err();
+        assert!(err.to_string().contains("`spec.batch.pad` lists `ids`"), "{err}");
+        let mut b = BatchBuilder::with_padding(2, Some(padding(1)));
+        let mut clash = tokens("a", &[1]);
+        clash.set("ids_mask", Value::Tensor(Tensor::scalar_i64(1)));
+        assert!(b.push(clash).unwrap_err().to_string().contains("spec.batch.pad.mask"));
+        let mut b = BatchBuilder::new(2);
+        b.push(tokens("a", &[1])).unwrap();
+        let err = b.push(tokens("b", &[1, 2])).unwrap_err();
+        assert!(err.to_string().contains("spec.batch.pad.fields"), "{err}");
     }
 
     #[test]

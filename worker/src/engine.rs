@@ -165,6 +165,13 @@ impl Engine {
             stages,
             seed: spec.seed,
             batch_size: spec.batch.size.max(1) as usize,
+            padding: spec.batch.pad.as_ref().map(|p| Arc::new(crate::batch::Padding::from_spec(p))),
+            bucketing: spec
+                .batch
+                .bucket
+                .as_ref()
+                .zip(spec.batch.pad.as_ref())
+                .map(|(b, p)| Arc::new(crate::batch::Bucketing::from_spec(b, p))),
             shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
             spec_stages: configs.len(),
             cache: None,
@@ -345,7 +352,9 @@ impl Iterator for EpochBatches {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(batch) = self.ready.pop_front() {
+            if let Some(mut batch) = self.ready.pop_front() {
+                // Batches are final here: a ragged one gets its width and mask.
+                batch.pad();
                 return Some(Ok(batch));
             }
             if self.done {

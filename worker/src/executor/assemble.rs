@@ -5,7 +5,7 @@
 
 use super::pack::SplitPack;
 use super::{CacheUse, Done, ExecError, Output, Plan, StageTimes, Task};
-use crate::batch::{BatchBuilder, BatchOrigin};
+use crate::batch::{Batch, BatchOrigin, Batcher};
 use crate::budget::Budget;
 use crate::cache::write::WriteThread;
 use crate::cache::{CacheOutcome, ReadReport};
@@ -22,7 +22,7 @@ struct SplitState {
     split_id: u64,
     rng: Option<SeededRng>,
     buffer: Vec<Element>,
-    builder: BatchBuilder,
+    batcher: Batcher,
     sequence: u64,
     /// Elements the split produced so far (those filters kept).
     elements: u64,
@@ -46,7 +46,7 @@ impl SplitState {
             split_id,
             rng,
             buffer: Vec::with_capacity(plan.shuffle_buffer.min(1 << 16)),
-            builder: BatchBuilder::new(plan.batch_size),
+            batcher: Batcher::new(plan.batch_size, plan.padding.clone(), plan.bucketing.clone()),
             sequence: 0,
             elements: 0,
             writing,
@@ -107,17 +107,16 @@ impl SplitState {
     }
 
     fn add(&mut self, element: Element, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
-        self.builder.push(element)?;
-        if self.builder.is_full() {
-            return Ok(self.emit(false, out, budget));
+        match self.batcher.push(element, self.task.epoch)? {
+            Some(batch) => Ok(self.emit(batch, false, out, budget)),
+            None => Ok(true),
         }
-        Ok(true)
     }
 
-    fn emit(&mut self, tail: bool, out: Out<'_>, budget: &Arc<Budget>) -> bool {
-        let origin = BatchOrigin { epoch: self.task.epoch, split: self.split_id, sequence: self.sequence };
+    fn emit(&mut self, mut batch: Batch, tail: bool, out: Out<'_>, budget: &Arc<Budget>) -> bool {
+        batch.origin =
+            Some(BatchOrigin { epoch: self.task.epoch, split: self.split_id, sequence: self.sequence });
         self.sequence += 1;
-        let mut batch = self.builder.finish(self.task.epoch, Some(origin));
         batch.permit = Some(budget.force(batch.nbytes()));
         out.send(Ok(Output::Batch { batch, tail })).is_ok()
     }
@@ -147,8 +146,10 @@ impl SplitState {
                 }
             }
         }
-        if !self.builder.is_empty() && !self.emit(true, out, budget) {
-            return Ok(false);
+        for (batch, tail) in self.batcher.finish(self.task.epoch)? {
+            if !self.emit(batch, tail, out, budget) {
+                return Ok(false);
+            }
         }
         Ok(out.send(Ok(Output::SplitDone { task: self.task, elements: self.elements, cache })).is_ok())
     }

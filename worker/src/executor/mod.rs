@@ -61,6 +61,10 @@ pub struct Plan {
     pub seed: u64,
     /// Elements per batch.
     pub batch_size: usize,
+    /// `spec.batch.pad`: the fields padded to the longest element of each batch.
+    pub padding: Option<Arc<crate::batch::Padding>>,
+    /// `spec.batch.bucket`: batches filled from elements of one length bucket.
+    pub bucketing: Option<Arc<crate::batch::Bucketing>>,
     /// Shuffle buffer size within a split; 0 keeps the order.
     pub shuffle_buffer: usize,
     /// Stages of `spec.stages` that `stages` implement (a final normalization left to the

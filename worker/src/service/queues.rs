@@ -337,6 +337,7 @@ mod tests {
                 shape: vec![1, 3],
                 data: bytes::Bytes::from_static(&[1, 2, 3]),
                 normalize: None,
+                padding: None,
             }],
         }
     }

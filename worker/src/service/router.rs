@@ -5,12 +5,18 @@
 //! `[lo, hi)` takes the rows of the batches it overlaps. A part inside one batch is a zero-copy
 //! view of the batch's buffers; a part that straddles batches is assembled into one buffer when
 //! its last row arrives. Rows outside every part are dropped.
+//!
+//! The padded fields of `spec.batch.pad` travel ragged: their rows, unpadded, back to back, with
+//! each row's length in `Tensor.padding`. A part's rows may come from batches of different
+//! widths, and a slot's from several parts, so only the client, holding the whole slot, knows
+//! its longest row: it pads there.
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Padding};
 use crate::buffers;
 use bytes::Bytes;
-use granary_proto::v1::{BatchPart, Lease, Tensor};
+use granary_proto::v1::{BatchPart, Lease, Padding as WirePadding, Tensor};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// A finished part and the consumers it goes to.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,10 +59,22 @@ fn pooled(data: Vec<u8>) -> Bytes {
 struct Column {
     name: String,
     dtype: String,
-    /// Shape of one row.
+    /// Shape of one row; of one position, for a ragged field.
     row_shape: Vec<u64>,
     row_bytes: usize,
+    /// For a ragged field: where each row starts in `data`, and where the last ends.
+    offsets: Option<Vec<usize>>,
     data: Bytes,
+}
+
+impl Column {
+    /// The bytes of rows `[from, to)`.
+    fn rows(&self, from: usize, to: usize) -> Bytes {
+        match &self.offsets {
+            Some(offsets) => self.data.slice(offsets[from]..offsets[to]),
+            None => self.data.slice(from * self.row_bytes..to * self.row_bytes),
+        }
+    }
 }
 
 /// Rows of one tensor gathered for a part.
@@ -64,12 +82,17 @@ struct Pieces {
     name: String,
     dtype: String,
     row_shape: Vec<u64>,
+    /// For a ragged field: the padding, with the gathered rows' lengths.
+    padding: Option<WirePadding>,
     chunks: Vec<Bytes>,
 }
 
 impl Pieces {
     fn matches(&self, column: &Column) -> bool {
-        self.name == column.name && self.dtype == column.dtype && self.row_shape == column.row_shape
+        self.name == column.name
+            && self.dtype == column.dtype
+            && self.row_shape == column.row_shape
+            && self.padding.is_some() == column.offsets.is_some()
     }
 
     fn into_tensor(mut self, rows: u64) -> Tensor {
@@ -83,10 +106,13 @@ impl Pieces {
             }
             pooled(buffer)
         };
-        let mut shape = Vec::with_capacity(self.row_shape.len() + 1);
+        let mut shape = Vec::with_capacity(self.row_shape.len() + 2);
         shape.push(rows);
+        if let Some(padding) = &self.padding {
+            shape.push(padding.lengths.iter().copied().max().unwrap_or(0));
+        }
         shape.extend_from_slice(&self.row_shape);
-        Tensor { name: self.name, dtype: self.dtype, shape, data, normalize: None }
+        Tensor { name: self.name, dtype: self.dtype, shape, data, normalize: None, padding: self.padding }
     }
 }
 
@@ -167,22 +193,36 @@ impl SplitRouter {
         let rows = batch.len() as u64;
         let start = sequence * self.batch_size;
         let end = start + rows;
+        let ragged = batch.ragged.take();
+        let padding = ragged.as_ref().map(|r| Arc::clone(&r.padding));
         let columns: Vec<Column> = batch
             .tensors
             .iter_mut()
             .map(|t| {
                 let data = std::mem::take(&mut t.data);
                 let row_bytes = if rows == 0 { 0 } else { data.len() / rows as usize };
+                let (offsets, skip) = match ragged.as_ref().filter(|r| r.padding.pads(&t.name)) {
+                    Some(r) => {
+                        let per = t.shape.iter().skip(2).product::<usize>() * t.dtype.size();
+                        (Some(r.offsets(per)), 2)
+                    }
+                    None => (None, 1),
+                };
                 Column {
                     name: t.name.clone(),
                     dtype: t.dtype.name().to_string(),
-                    row_shape: t.shape.iter().skip(1).map(|&d| d as u64).collect(),
+                    row_shape: t.shape.iter().skip(skip).map(|&d| d as u64).collect(),
                     row_bytes,
+                    offsets,
                     data: pooled(data),
                 }
             })
             .collect();
-        self.layout = columns.iter().map(|c| empty_tensor(&c.name, &c.dtype, &c.row_shape)).collect();
+        let lengths: Vec<u64> =
+            ragged.map(|r| r.lengths.iter().map(|&l| l as u64).collect()).unwrap_or_default();
+        let wire = padding.as_deref().map(wire_padding);
+        self.layout =
+            columns.iter().map(|c| empty_tensor(c, wire.as_ref().filter(|_| c.offsets.is_some()))).collect();
         let mut routed = Vec::new();
         while let Some(part) = self.parts.get(self.next) {
             if part.lo >= end && !(part.lo == part.hi && part.lo == end) {
@@ -202,7 +242,8 @@ impl SplitRouter {
             let (a, b) = (part.lo.max(start), part.hi.min(end));
             if a < b {
                 let (from, to) = ((a - start) as usize, (b - start) as usize);
-                if !gather(part, &columns, &batch.keys[from..to], from, to) {
+                let padding = Gathered { template: wire.as_ref(), lengths: &lengths };
+                if !gather(part, &columns, &padding, &batch.keys[from..to], from, to) {
                     tracing::error!(
                         epoch = self.epoch,
                         split = self.split,
@@ -274,9 +315,33 @@ impl SplitRouter {
     }
 }
 
+/// The padding of a batch's ragged fields: the wire message without lengths, and each row's
+/// length.
+struct Gathered<'a> {
+    template: Option<&'a WirePadding>,
+    lengths: &'a [u64],
+}
+
+/// `spec.batch.pad` as the client needs it, without row lengths.
+fn wire_padding(padding: &Padding) -> WirePadding {
+    WirePadding {
+        lengths: Vec::new(),
+        value: padding.value,
+        multiple_of: u32::try_from(padding.multiple_of).unwrap_or(u32::MAX),
+        mask: padding.mask.clone(),
+    }
+}
+
 /// Appends rows `[from, to)` of the batch to `part`; false when the batch's tensors do not match
 /// the ones the part gathered so far.
-fn gather(part: &mut PartState, columns: &[Column], keys: &[String], from: usize, to: usize) -> bool {
+fn gather(
+    part: &mut PartState,
+    columns: &[Column],
+    padding: &Gathered<'_>,
+    keys: &[String],
+    from: usize,
+    to: usize,
+) -> bool {
     if part.rows == 0 {
         part.pieces = columns
             .iter()
@@ -284,6 +349,7 @@ fn gather(part: &mut PartState, columns: &[Column], keys: &[String], from: usize
                 name: c.name.clone(),
                 dtype: c.dtype.clone(),
                 row_shape: c.row_shape.clone(),
+                padding: padding.template.filter(|_| c.offsets.is_some()).cloned(),
                 chunks: Vec::new(),
             })
             .collect();
@@ -293,17 +359,31 @@ fn gather(part: &mut PartState, columns: &[Column], keys: &[String], from: usize
         return false;
     }
     for (pieces, column) in part.pieces.iter_mut().zip(columns) {
-        pieces.chunks.push(column.data.slice(from * column.row_bytes..to * column.row_bytes));
+        pieces.chunks.push(column.rows(from, to));
+        if let Some(wire) = pieces.padding.as_mut() {
+            wire.lengths.extend_from_slice(padding.lengths.get(from..to).unwrap_or_default());
+        }
     }
     part.keys.extend_from_slice(keys);
     part.rows += (to - from) as u64;
     true
 }
 
-fn empty_tensor(name: &str, dtype: &str, row_shape: &[u64]) -> Tensor {
+/// A tensor of no rows shaped as `column`'s, for an empty part.
+fn empty_tensor(column: &Column, padding: Option<&WirePadding>) -> Tensor {
     let mut shape = vec![0];
-    shape.extend_from_slice(row_shape);
-    Tensor { name: name.to_string(), dtype: dtype.to_string(), shape, data: Bytes::new(), normalize: None }
+    if padding.is_some() {
+        shape.push(0);
+    }
+    shape.extend_from_slice(&column.row_shape);
+    Tensor {
+        name: column.name.clone(),
+        dtype: column.dtype.clone(),
+        shape,
+        data: Bytes::new(),
+        normalize: None,
+        padding: padding.cloned(),
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +414,7 @@ mod tests {
                 BatchTensor { name: "x".into(), dtype: DType::Int32, shape: vec![rows, 2], data: x },
                 BatchTensor { name: "label".into(), dtype: DType::Uint8, shape: vec![rows], data: label },
             ],
+            ragged: None,
             permit: None,
         }
     }
@@ -464,6 +545,64 @@ mod tests {
         assert_eq!(empty.tensors[0].shape, vec![0, 2]);
         assert_eq!(empty.tensors[1].shape, vec![0]);
         assert_eq!(finished.incomplete, 0);
+    }
+
+    /// Batch `sequence` of a split whose `ids` (int32) rows are ragged: row `p` holds `p mod 3`
+    /// positions of value `p`.
+    fn ragged(sequence: u64, rows: usize) -> Batch {
+        let first = sequence as usize * B;
+        let lengths: Vec<usize> = (first..first + rows).map(|p| p % 3).collect();
+        let ids: Vec<u8> = (first..first + rows)
+            .flat_map(|p| std::iter::repeat_n(p as i32, p % 3))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let padding =
+            Arc::new(Padding { fields: vec!["ids".into()], multiple_of: 8, value: -1.0, mask: "m".into() });
+        Batch {
+            epoch: 2,
+            origin: None,
+            keys: (first..first + rows).map(|p| format!("e{p}")).collect(),
+            tensors: vec![BatchTensor {
+                name: "ids".into(),
+                dtype: DType::Int32,
+                shape: vec![rows, longest],
+                data: ids,
+            }],
+            ragged: Some(crate::batch::Ragged { lengths, padding }),
+            permit: None,
+        }
+    }
+
+    #[test]
+    fn ragged_rows_travel_unpadded_with_their_lengths() {
+        // Part [3, 9) takes rows of batches 0, 1 and 2; part [9, 10) one row of batch 2.
+        let l = lease(
+            vec![part(0, 3, 0, &[0]), part(3, 9, 1, &[0]), part(9, 10, 2, &[0]), part(10, 10, 3, &[0])],
+            None,
+        );
+        let mut router = SplitRouter::new(&l, B);
+        let mut routed = Vec::new();
+        for (sequence, rows) in [(0, 4), (1, 4), (2, 2)] {
+            routed.extend(router.route(sequence, ragged(sequence, rows)));
+        }
+        routed.extend(router.finish().routed);
+        assert_eq!(ranges(&routed).len(), 4);
+        for r in &routed {
+            let ids = &r.part.tensors[0];
+            let padding = ids.padding.as_ref().expect("ragged rows carry their padding");
+            let lengths: Vec<u64> = (r.part.lo..r.part.hi).map(|p| p % 3).collect();
+            assert_eq!(padding.lengths, lengths);
+            assert_eq!((padding.value, padding.multiple_of, padding.mask.as_str()), (-1.0, 8, "m"));
+            let longest = lengths.iter().copied().max().unwrap_or(0);
+            assert_eq!(ids.shape, vec![r.part.hi - r.part.lo, longest]);
+            let values: Vec<i32> =
+                ids.data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let expected: Vec<i32> = (r.part.lo..r.part.hi)
+                .flat_map(|p| std::iter::repeat_n(p as i32, (p % 3) as usize))
+                .collect();
+            assert_eq!(values, expected, "part {}..{}", r.part.lo, r.part.hi);
+        }
     }
 
     #[test]
