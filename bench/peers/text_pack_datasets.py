@@ -20,8 +20,9 @@ off (`datasets.disable_caching()`, and a fresh temporary cache folder for this r
 step does its work, as the first epoch of a new corpus or tokenizer does. Not timed: importing
 the libraries and loading the tokenizer. `tokens_per_s` is 2048 × the rows delivered over that
 time, and `items_per_s` rows/s; the line also gives the time of each step. `num_proc` processes
-run the maps (one per core); TOKENIZERS_PARALLELISM=false as with the DataLoader peer (each map
-process is already one per core).
+run the maps (one per core); the tokenizer's own Rayon pool is left as the library sets it up (on,
+since the main process does not encode before the map forks), as in the DataLoader peer;
+`--no-tokenizers-parallelism` turns it off to compare.
 """
 import argparse
 import glob
@@ -51,8 +52,10 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="rows per batch")
     ap.add_argument("--num-proc", type=int, default=cores())
     ap.add_argument("--config", default="datasets-map")
+    ap.add_argument("--no-tokenizers-parallelism", action="store_true")
     a = ap.parse_args()
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if a.no_tokenizers_parallelism:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
     import datasets
     import tokenizers
@@ -106,6 +109,7 @@ def main():
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "batch_size": a.batch,
         "num_proc": a.num_proc,
+        "tokenizers_parallelism": not a.no_tokenizers_parallelism,
         "tokens": rows * block,
         "tokens_per_s": round(rows * block / dt, 1),
         "load_s": round(t1 - t0, 3),
