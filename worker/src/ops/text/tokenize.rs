@@ -1,9 +1,12 @@
 //! `text.tokenize`: encodes a text field with a Hugging Face `tokenizer.json`.
 
+mod fast;
+
 use crate::element::{Element, Value};
 use crate::ops::{BuildContext, BuildError, OpError, Operator};
 use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
+use fast::FastPath;
 use granary_crds::ops::Tokenize;
 use tokenizers::Tokenizer;
 
@@ -14,9 +17,12 @@ pub const ATTENTION_MASK: &str = "attention_mask";
 
 /// Encodes the text field into `input_ids` and `attention_mask` (int64, 1-D) and removes the
 /// text field. The tokenizer's own truncation and padding settings (from `tokenizer.json`)
-/// apply, exactly as `Tokenizer.encode` does in Python.
+/// apply, exactly as `Tokenizer.encode` does in Python. ASCII text with the common tokenizer
+/// layouts (BERT WordPiece, GPT-2 byte-level BPE) takes a fast path with the same ids (see
+/// `tokenize/fast.rs`).
 pub struct TokenizeOp {
     tokenizer: Tokenizer,
+    fast: Option<FastPath>,
     field: String,
     add_special_tokens: bool,
 }
@@ -40,12 +46,27 @@ impl TokenizeOp {
                 cfg.tokenizer
             ))
         })?;
-        Ok(TokenizeOp { tokenizer, field: cfg.field.clone(), add_special_tokens: cfg.add_special_tokens })
+        let fast = FastPath::new(&tokenizer, &bytes, cfg.add_special_tokens);
+        Ok(TokenizeOp {
+            tokenizer,
+            fast,
+            field: cfg.field.clone(),
+            add_special_tokens: cfg.add_special_tokens,
+        })
     }
 
     /// Encodes `text` into (ids, attention mask).
     fn encode(&self, text: &str) -> Result<(Vec<i64>, Vec<i64>), String> {
-        let enc = self.tokenizer.encode(text, self.add_special_tokens).map_err(|e| e.to_string())?;
+        if let Some(fast) = &self.fast {
+            let mut ids = Vec::new();
+            if let Some(done) = fast.encode(&self.tokenizer, text, &mut ids) {
+                done?;
+                let mask = vec![1; ids.len()];
+                return Ok((ids, mask));
+            }
+        }
+        // Without offsets: `text.tokenize` keeps ids and the mask only, and the ids are the same.
+        let enc = self.tokenizer.encode_fast(text, self.add_special_tokens).map_err(|e| e.to_string())?;
         let ids = enc.get_ids().iter().map(|&v| i64::from(v)).collect();
         let mask = enc.get_attention_mask().iter().map(|&v| i64::from(v)).collect();
         Ok((ids, mask))
