@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use granary_crds::ops::Tokenize;
-use granary_worker::executor::{Output, Task};
+use granary_worker::executor::{CacheUse, Output, Task};
 use granary_worker::ops::text::tokenize::TokenizeOp;
 use granary_worker::ops::{BuildContext, BuildError, Operator};
 use granary_worker::seed::SeededRng;
@@ -50,6 +50,10 @@ fn text_source(name: &str) {
 }
 
 fn manifest(name: &str, pack: &str, after: &str) -> granary_crds::Manifest {
+    manifest_with(name, pack, after, "")
+}
+
+fn manifest_with(name: &str, pack: &str, after: &str, extra: &str) -> granary_crds::Manifest {
     let text = format!(
         r#"
 apiVersion: granary.dev/v1alpha1
@@ -65,7 +69,7 @@ spec:
   batch: {{size: 4}}
   seed: 9
   epochs: 1
-"#
+{extra}"#
     );
     granary_crds::parse_manifest(&text, &fixtures(), &[]).unwrap_or_else(|p| panic!("{p:?}"))
 }
@@ -91,17 +95,32 @@ fn tokens(text: &str) -> Vec<i64> {
     }
 }
 
+fn open(manifest: &granary_crds::Manifest, threads: usize) -> Engine {
+    let options = EngineOptions { threads, prefetch_bytes: 1 << 20, ..Default::default() };
+    Engine::open(manifest, options).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Runs epoch 0: the batches and each split's `SplitDone` count by split index.
 fn run(manifest: &granary_crds::Manifest, threads: usize) -> (Vec<Batch>, BTreeMap<usize, u64>) {
-    let options = EngineOptions { threads, prefetch_bytes: 1 << 20, ..Default::default() };
-    let engine = Engine::open(manifest, options).unwrap_or_else(|e| panic!("{e}"));
-    let tasks: Vec<Task> = engine.split_order(0).into_iter().map(|s| Task::compute(0, s)).collect();
+    let engine = open(manifest, threads);
+    run_tasks(&engine, |_| CacheUse::Compute)
+}
+
+/// Runs epoch 0 with each split's cache use: the batches and each split's `SplitDone` count by
+/// split index; fails on a cache entry that reads back bad.
+fn run_tasks(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> (Vec<Batch>, BTreeMap<usize, u64>) {
+    let tasks: Vec<Task> = engine
+        .split_order(0)
+        .into_iter()
+        .map(|split| Task { epoch: 0, split, cache: cache(split) })
+        .collect();
     let mut batches = Vec::new();
     let mut counts = BTreeMap::new();
     for output in engine.run_tasks(Box::new(tasks.into_iter())) {
         match output.unwrap_or_else(|e| panic!("{e}")) {
             Output::Batch { batch, .. } => batches.push(batch),
-            Output::SplitDone { task, elements, .. } => {
+            Output::SplitDone { task, elements, cache } => {
+                assert!(!cache.bad && cache.recomputed == 0, "split {}: {cache:?}", task.split);
                 counts.insert(task.split, elements);
             }
         }
@@ -246,4 +265,27 @@ fn stages_after_the_pack_run_on_its_rows() {
     let (batches, _) = run(&manifest("pack-after", "", after), 2);
     assert!(batches.iter().all(|b| b.tensor("segment_ids").is_some_and(|t| t.dtype == DType::Int32)));
     check(&rows(&batches), false);
+}
+
+#[test]
+fn a_cache_entry_before_the_pack_reads_back_as_the_same_rows() {
+    text_source("pack-cache");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = format!(
+        "  cache:\n    policy: at\n    at: text.tokenize\n    store: \"file://{}/\"\n",
+        dir.path().display()
+    );
+    let engine = open(&manifest_with("pack-cache", "", "", &cache), 2);
+    let cuts: Vec<usize> = engine.cache().expect("the spec caches").cuts.iter().map(|c| c.index).collect();
+    assert_eq!(cuts, [1], "the entry holds the tokenized documents, before the pack");
+    let (computed, counts) = run_tasks(&engine, |_| CacheUse::Compute);
+    let (written, written_counts) = run_tasks(&engine, |_| CacheUse::Write { cut: 1 });
+    assert_eq!(comparable(&written), comparable(&computed));
+    // A read is told the split's listed documents; the rows it makes are counted as computing
+    // counts them.
+    let (read, read_counts) =
+        run_tasks(&engine, |s| CacheUse::Read { cut: 1, elements: TEXTS[s].len() as u64 });
+    assert_eq!(comparable(&read), comparable(&computed));
+    assert_eq!((&written_counts, &read_counts), (&counts, &counts));
+    check(&rows(&read), false);
 }
