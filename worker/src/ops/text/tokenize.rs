@@ -1,6 +1,8 @@
 //! `text.tokenize`: encodes a text field with a Hugging Face `tokenizer.json`.
 
 mod fast;
+mod split;
+mod word_cache;
 
 use crate::element::{Element, Value};
 use crate::ops::{BuildContext, BuildError, OpError, Operator};

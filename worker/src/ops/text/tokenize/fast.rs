@@ -20,10 +20,9 @@
 //! (`Model::tokenize`), through a cache of word → ids. A WordPiece word that is in the vocabulary
 //! whole is its own id without the cache (the greedy longest match takes it first).
 
+use super::split::{byte_chars, split_bert, split_gpt2};
+use super::word_cache::WordCache;
 use serde_json::Value;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
 use tokenizers::{Model, Tokenizer};
 
 /// How words are split out of the normalized text.
@@ -269,171 +268,6 @@ fn normalizer(n: &Value, lowercase: &mut bool, whitespace_to_space: &mut bool) -
     Some(())
 }
 
-/// `BertPreTokenizer` on ASCII: whitespace separates words and is dropped; every punctuation
-/// character is a word of its own.
-fn split_bert(text: &[u8], word: &mut impl FnMut(&[u8])) {
-    let mut start = 0;
-    for (i, &b) in text.iter().enumerate() {
-        let space = matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-        if space || b.is_ascii_punctuation() {
-            if start < i {
-                word(&text[start..i]);
-            }
-            if !space {
-                word(&text[i..=i]);
-            }
-            start = i + 1;
-        }
-    }
-    if start < text.len() {
-        word(&text[start..]);
-    }
-}
-
-/// The class of an ASCII byte in GPT-2's regex.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Letter,
-    Digit,
-    Space,
-    Other,
-}
-
-fn class(b: u8) -> Class {
-    match b {
-        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
-        b'0'..=b'9' => Class::Digit,
-        b' ' | b'\t' | b'\n' | b'\r' => Class::Space,
-        _ => Class::Other,
-    }
-}
-
-/// GPT-2's pre-tokenizer regex on ASCII, matched as Oniguruma does (first alternative that
-/// matches, left to right):
-/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
-fn split_gpt2(text: &[u8], word: &mut impl FnMut(&[u8])) {
-    let run = |from: usize, c: Class| from + text[from..].iter().take_while(|&&b| class(b) == c).count();
-    let mut i = 0;
-    while i < text.len() {
-        let b = text[i];
-        let end = if b == b'\'' && contraction(&text[i + 1..]) > 0 {
-            i + 1 + contraction(&text[i + 1..])
-        } else {
-            match class(b) {
-                Class::Letter | Class::Digit | Class::Other => run(i, class(b)),
-                Class::Space => {
-                    let next = text.get(i + 1).map(|&n| class(n));
-                    match next {
-                        Some(c @ (Class::Letter | Class::Digit | Class::Other)) if b == b' ' => run(i + 1, c),
-                        _ => {
-                            let spaces = run(i, Class::Space);
-                            if spaces == text.len() || spaces == i + 1 {
-                                // the run ends the text, or one whitespace before a non-space
-                                // that is not ` ` (`\s+` alone)
-                                spaces
-                            } else {
-                                // `\s+(?!\S)` backs off one: the last whitespace goes with what
-                                // follows
-                                spaces - 1
-                            }
-                        }
-                    }
-                }
-            }
-        };
-        word(&text[i..end]);
-        i = end;
-    }
-}
-
-/// Length of the contraction after an apostrophe (`s`, `t`, `re`, `ve`, `m`, `ll`, `d`), or 0.
-fn contraction(rest: &[u8]) -> usize {
-    match rest {
-        [b's' | b't' | b'm' | b'd', ..] => 1,
-        [b'r', b'e', ..] | [b'v', b'e', ..] | [b'l', b'l', ..] => 2,
-        _ => 0,
-    }
-}
-
-/// GPT-2's byte → character table, as the `ByteLevel` pre-tokenizer maps bytes.
-fn byte_chars() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut extra = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[usize::from(b)] = if printable {
-            char::from(b)
-        } else {
-            extra += 1;
-            char::from_u32(255 + extra).unwrap_or('\0')
-        };
-    }
-    table
-}
-
-/// FxHash over the word's bytes: words are short and the map is private.
-#[derive(Default)]
-struct WordHasher(u64);
-
-impl Hasher for WordHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-const SHARDS: usize = 16;
-/// Words kept per shard; later new words are encoded each time.
-const SHARD_WORDS: usize = 1 << 13;
-
-type Shard = HashMap<Box<[u8]>, Box<[u32]>, BuildHasherDefault<WordHasher>>;
-
-/// Word → ids, shared by the compute threads, in shards so that they seldom wait on each other.
-#[derive(Default)]
-struct WordCache {
-    shards: [Mutex<Shard>; SHARDS],
-}
-
-impl WordCache {
-    fn shard(&self, word: &[u8]) -> &Mutex<Shard> {
-        let mut h = WordHasher::default();
-        h.write(word);
-        &self.shards[(h.finish() >> 32) as usize % SHARDS]
-    }
-
-    /// Appends the cached ids of `word`; false when it is not cached.
-    fn extend(&self, word: &[u8], ids: &mut Vec<u32>) -> bool {
-        let Ok(shard) = self.shard(word).lock() else { return false };
-        match shard.get(word) {
-            Some(cached) => {
-                ids.extend_from_slice(cached);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn insert(&self, word: &[u8], ids: &[u32]) {
-        if let Ok(mut shard) = self.shard(word).lock()
-            && shard.len() < SHARD_WORDS
-        {
-            shard.insert(word.into(), ids.into());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -605,15 +439,6 @@ mod tests {
             let taken = check("bytelevel.json", special);
             assert!(taken > 5_000, "the fast path took {taken} texts");
         }
-    }
-
-    #[test]
-    fn gpt2_splits_as_the_regex() {
-        let mut words = Vec::new();
-        split_gpt2(b"Hi  there's\t\tx !!'s 12ab  ", &mut |w: &[u8]| {
-            words.push(String::from_utf8_lossy(w).into_owned())
-        });
-        assert_eq!(words, ["Hi", " ", " there", "'s", "\t", "\t", "x", " !!'", "s", " 12", "ab", "  "]);
     }
 
     #[test]
