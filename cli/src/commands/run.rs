@@ -91,7 +91,7 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
     let engine = Engine::open(manifest, options)?;
     let epochs = args.epochs.unwrap_or(engine.spec().epochs);
     let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
-    let mut tally = Tally::new(name, threads, epochs, args);
+    let mut tally = Tally::new(name, threads, epochs, args).count_padding(manifest);
     if epochs > 0 {
         for batch in engine.run_epochs(0..epochs) {
             let batch = batch.with_context(|| format!("after {} batches", tally.batches()))?;

@@ -7,10 +7,11 @@ use crate::summary::digest::TensorRows;
 use crate::summary::tally::{Delivered, Tally};
 use granary_client::{Client, ClientOptions};
 
-/// Consumes `pipeline` from the dispatcher at `address` and returns the figures. Batches of an
-/// epoch arrive in completion order; the digest does not depend on it.
+/// Consumes `pipeline` (served from `manifest`) from the dispatcher at `address` and returns the
+/// figures. Batches of an epoch arrive in completion order; the digest does not depend on it.
 pub async fn consume(
     address: &str,
+    manifest: &granary_crds::Manifest,
     pipeline: &str,
     args: &RunArgs,
     threads: usize,
@@ -18,7 +19,7 @@ pub async fn consume(
     let mut options = ClientOptions::new(pipeline);
     options.dispatcher = Some(address.to_string());
     let mut client = Client::open(options).await?;
-    let mut tally = Tally::new(pipeline.to_string(), threads, client.epochs(), args);
+    let mut tally = Tally::new(pipeline.to_string(), threads, client.epochs(), args).count_padding(manifest);
     while !tally.is_full() {
         let Some(batch) = client.next().await else { break };
         let batch = batch?;

@@ -96,7 +96,7 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
         let threads = options.worker_threads();
         let address = local.address.to_string();
         let consumed = tokio::select! {
-            result = consume::consume(&address, &local.pipeline, args, threads) => {
+            result = consume::consume(&address, manifest, &local.pipeline, args, threads) => {
                 Ok(result)
             }
             interrupted = signals.recv() => Err(interrupted),

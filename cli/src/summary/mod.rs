@@ -3,6 +3,7 @@
 //! in this process and for the client reading from workers.
 
 pub mod digest;
+pub mod padding;
 pub mod progress;
 pub mod tally;
 
@@ -66,6 +67,10 @@ pub struct RunSummary {
     /// What the autocacher decided and did, when the pipeline caches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<granary_dispatcher::CacheReport>,
+    /// With `spec.batch.pad`: pad cells over all cells of the padded fields, over the delivered
+    /// batches (see [`padding`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding_fraction: Option<f64>,
 }
 
 impl EpochSummary {
@@ -101,6 +106,7 @@ impl RunSummary {
             epochs: Vec::new(),
             scaling: None,
             cache: None,
+            padding_fraction: None,
         }
     }
 

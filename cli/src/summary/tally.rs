@@ -3,6 +3,7 @@
 
 use crate::args::RunArgs;
 use crate::summary::digest::{EpochDigest, TensorRows};
+use crate::summary::padding::PaddingTally;
 use crate::summary::progress::progress_bar;
 use crate::summary::{EpochSummary, RunSummary};
 use indicatif::ProgressBar;
@@ -33,6 +34,8 @@ pub struct Tally {
     digests: Option<Vec<EpochDigest>>,
     bar: ProgressBar,
     limit: u64,
+    /// With `spec.batch.pad`, the padding fraction so far.
+    padding: Option<PaddingTally>,
 }
 
 impl Tally {
@@ -51,7 +54,14 @@ impl Tally {
             digests: args.digest.then(|| vec![EpochDigest::default(); epochs as usize]),
             bar: progress_bar(args.json),
             limit: args.limit_batches.unwrap_or(u64::MAX),
+            padding: None,
         }
+    }
+
+    /// Also counts the padding fraction of `manifest`'s batches, when it pads.
+    pub fn count_padding(mut self, manifest: &granary_crds::Manifest) -> Tally {
+        self.padding = PaddingTally::of(manifest);
+        self
     }
 
     /// True once `--limit-batches` batches arrived.
@@ -74,6 +84,9 @@ impl Tally {
         }
         if let Some(d) = self.digests.as_mut().and_then(|d| d.get_mut(batch.epoch as usize)) {
             d.add(batch.keys, &batch.tensors)?;
+        }
+        if let Some(p) = self.padding.as_mut() {
+            p.add(batch.tensors.iter().map(|t| (t.name, t.data)));
         }
         let bytes: u64 = batch.tensors.iter().map(|t| t.data.len() as u64).sum();
         if let Some(e) = self.summary.epochs.get_mut(batch.epoch as usize) {
@@ -122,6 +135,7 @@ impl Tally {
         self.bar.finish_and_clear();
         let seconds = self.start.elapsed().as_secs_f64();
         self.summary.finish(seconds);
+        self.summary.padding_fraction = self.padding.as_ref().and_then(PaddingTally::fraction);
         self.summary
     }
 }

@@ -8,6 +8,7 @@ mod served;
 
 use crate::args::engine_options;
 use crate::commands::run::load_or_report;
+use crate::summary::padding::PaddingTally;
 use anyhow::Context;
 use granary_crds::{Manifest, OpConfig};
 use granary_worker::{Engine, EngineOptions, ImagePath};
@@ -71,6 +72,9 @@ pub struct Measurement {
     pub items_per_s: f64,
     /// Seconds until the first batch arrived (start-up and pipeline fill).
     pub first_batch_seconds: f64,
+    /// With `spec.batch.pad`: pad cells over all cells of the padded fields in the timed
+    /// batches.
+    pub padding_fraction: Option<f64>,
 }
 
 /// The JSON line: the peer benchmarks' keys first, then Granary's ratios.
@@ -88,6 +92,8 @@ struct Report {
     threads: usize,
     batch_size: usize,
     first_batch_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    padding_fraction: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     transport: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,7 +142,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             eprintln!("  {path}: {name}");
         }
     }
-    let fast = measure(&fast_engine, args).context("fast path")?;
+    let fast = measure(&fast_engine, &manifest, args).context("fast path")?;
     drop(fast_engine);
     let served = match args.workers {
         0 => None,
@@ -147,11 +153,11 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if fused && !args.fast_only && served.is_none() {
         let engine =
             Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options.clone() })?;
-        baseline = Some(measure(&engine, args).context("baseline")?);
+        baseline = Some(measure(&engine, &manifest, args).context("baseline")?);
         drop(engine);
         let engine =
             Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options.clone() })?;
-        limit = Some(measure(&engine, args).context("decode-only")?);
+        limit = Some(measure(&engine, &manifest, args).context("decode-only")?);
     }
     let headline = served.map_or(fast, |s| s.measurement);
     let report = Report {
@@ -170,6 +176,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         threads: options.threads,
         batch_size,
         first_batch_seconds: round3(headline.first_batch_seconds),
+        padding_fraction: headline.padding_fraction,
         transport: served.map(|_| "grpc-loopback"),
         service_workers: served.map(|_| args.workers),
         mb_per_s: served.map(|s| round2(s.mb_per_s)),
@@ -220,13 +227,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// Pulls `warmup` batches, then times `batches` batches, running epochs back to back (in
 /// chunks, so that no epoch boundary drains the pipeline) until enough have arrived.
-fn measure(engine: &Engine, args: &BenchArgs) -> anyhow::Result<Measurement> {
+fn measure(engine: &Engine, manifest: &Manifest, args: &BenchArgs) -> anyhow::Result<Measurement> {
     const EPOCHS_PER_RUN: u32 = 16;
     let start = Instant::now();
     let mut first_batch_seconds = None;
     let mut pulled = 0u64;
     let mut timed_start = None;
     let mut items = 0u64;
+    let mut padding = PaddingTally::of(manifest);
     let total = args.warmup + args.batches;
     let mut first_epoch = 0u32;
     while pulled < total {
@@ -240,6 +248,9 @@ fn measure(engine: &Engine, args: &BenchArgs) -> anyhow::Result<Measurement> {
                 timed_start = Some(Instant::now());
             } else if pulled > args.warmup {
                 items += batch.len() as u64;
+                if let Some(p) = padding.as_mut() {
+                    p.add(batch.tensors.iter().map(|t| (t.name.as_str(), &t.data[..])));
+                }
             }
             if pulled == total {
                 break;
@@ -255,6 +266,7 @@ fn measure(engine: &Engine, args: &BenchArgs) -> anyhow::Result<Measurement> {
         seconds,
         items_per_s: items as f64 / seconds,
         first_batch_seconds: first_batch_seconds.unwrap_or(seconds),
+        padding_fraction: padding.as_ref().and_then(PaddingTally::fraction),
     })
 }
 

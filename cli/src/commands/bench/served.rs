@@ -4,6 +4,7 @@
 
 use super::{BenchArgs, Measurement};
 use crate::local::{END_OF_RUN_GRACE, runtime, service};
+use crate::summary::padding::PaddingTally;
 use granary_client::{Client, ClientOptions};
 use granary_crds::Manifest;
 use std::time::Instant;
@@ -41,13 +42,20 @@ pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::R
     };
     runtime()?.block_on(async {
         let local = service::LocalService::start(&manifest, &options).await?;
-        let result = read(&local.address.to_string(), &local.pipeline, args.warmup, total).await;
+        let padding = PaddingTally::of(&manifest);
+        let result = read(&local.address.to_string(), &local.pipeline, args.warmup, total, padding).await;
         local.stop(END_OF_RUN_GRACE).await;
         result
     })
 }
 
-async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow::Result<Served> {
+async fn read(
+    address: &str,
+    pipeline: &str,
+    warmup: u64,
+    total: u64,
+    mut padding: Option<PaddingTally>,
+) -> anyhow::Result<Served> {
     let mut options = ClientOptions::new(pipeline);
     options.dispatcher = Some(address.to_string());
     let start = Instant::now();
@@ -68,6 +76,9 @@ async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow:
             items += batch.len() as u64;
             bytes += batch.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
             wire += batch.wire_bytes;
+            if let Some(p) = padding.as_mut() {
+                p.add(batch.tensors.iter().map(|t| (t.name.as_str(), &t.data[..])));
+            }
         }
     }
     let seconds = timed_start.unwrap_or(start).elapsed().as_secs_f64().max(1e-9);
@@ -77,6 +88,7 @@ async fn read(address: &str, pipeline: &str, warmup: u64, total: u64) -> anyhow:
             seconds,
             items_per_s: items as f64 / seconds,
             first_batch_seconds: first_batch_seconds.unwrap_or(seconds),
+            padding_fraction: padding.as_ref().and_then(PaddingTally::fraction),
         },
         mb_per_s: bytes as f64 / seconds / 1e6,
         wire_mb_per_s: wire as f64 / seconds / 1e6,
