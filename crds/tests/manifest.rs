@@ -166,7 +166,7 @@ fn overrides_apply_before_validation() {
     assert_eq!(spec.batch.size, 64);
     assert!(spec.batch.drop_remainder);
     assert_eq!(spec.stages[1].params["size"], 160);
-    assert_eq!(spec.source.url, "s3://bucket/x/");
+    assert_eq!(spec.source.as_ref().unwrap().url, "s3://bucket/x/");
     assert_eq!(spec.shuffle.as_ref().unwrap().buffer, 10);
     assert_eq!(spec.cache.as_ref().unwrap().store.as_deref(), Some("file:///srv/pipelines/cache/"));
 }
