@@ -160,6 +160,19 @@ impl Assembler {
         Ok(errors)
     }
 
+    /// Elements of each mixed source in the slots of `epoch` that `delivered` holds (empty for
+    /// one source, or when `epoch` is not the current epoch).
+    pub(crate) fn source_positions(
+        &self,
+        epoch: u32,
+        delivered: impl Fn(u64) -> bool,
+    ) -> Vec<crate::position::SourcePosition> {
+        match &self.current {
+            Some(current) if current.plan.epoch == epoch => current.plan.source_positions(delivered),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the current epoch's plan lists only the slots known so far.
     pub(crate) fn plan_partial(&self) -> bool {
         self.current.as_ref().is_some_and(|current| current.plan.partial)

@@ -254,7 +254,12 @@ impl Client {
     /// The position after the last batch [`Client::next`] returned. Resume it with
     /// [`ClientOptions::resume`].
     pub fn checkpoint(&self) -> Position {
-        self.session.position()
+        let mut position = self.session.position();
+        if let Ok(delivered) = position.delivered_slots() {
+            position.sources =
+                self.assembler.source_positions(position.epoch, |slot| delivered.contains(slot));
+        }
+        position
     }
 
     /// Epochs the job runs.

@@ -46,5 +46,5 @@ pub use client::Client;
 pub use error::ClientError;
 pub use mode::Mode;
 pub use options::{ClientOptions, DISPATCHER_ENV};
-pub use position::{POSITION_VERSION, Position};
+pub use position::{POSITION_VERSION, Position, SourcePosition};
 pub use tensor::Tensor;

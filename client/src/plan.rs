@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use granary_proto::v1::EpochPlan;
 
 use crate::error::ClientError;
+use crate::position::SourcePosition;
 
 /// Elements `[lo, hi)` of split `split`'s output: one part of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub(crate) struct Plan {
     pub(crate) by_split: HashMap<u64, Vec<u64>>,
     /// More slots follow: the pipeline's counts are learnt as its splits are computed.
     pub(crate) partial: bool,
+    /// The mixed sources, in order, with their listed splits (empty for one source).
+    pub(crate) sources: Vec<(String, u64)>,
 }
 
 impl Plan {
@@ -42,7 +45,7 @@ impl Plan {
                 }
             }
         }
-        Plan { epoch, slots, by_split, partial: false }
+        Plan { epoch, slots, by_split, partial: false, sources: Vec::new() }
     }
 
     /// Adds the slots of `more`, the same epoch's plan from slot [`Plan::len`] on; returns the
@@ -75,6 +78,7 @@ impl Plan {
     pub(crate) fn from_proto(epoch: u32, plan: EpochPlan) -> Result<Plan, ClientError> {
         let bad = |reason: String| ClientError::BadPlan { epoch, reason };
         let plan_partial = plan.partial;
+        let sources: Vec<(String, u64)> = plan.sources.iter().map(|s| (s.name.clone(), s.splits)).collect();
         if plan.epoch != epoch {
             return Err(bad(format!("the dispatcher sent the plan of epoch {}", plan.epoch)));
         }
@@ -102,7 +106,33 @@ impl Plan {
         }
         let mut plan = Plan::new(epoch, slots);
         plan.partial = plan_partial;
+        plan.sources = sources;
         Ok(plan)
+    }
+
+    /// Elements of each mixed source in the slots `delivered` holds, by source name (empty for
+    /// one source): where each source's stream stands for this consumer.
+    pub(crate) fn source_positions(&self, delivered: impl Fn(u64) -> bool) -> Vec<SourcePosition> {
+        let listed: u64 = self.sources.iter().map(|(_, n)| n).sum();
+        if listed == 0 {
+            return Vec::new();
+        }
+        let mut out: Vec<SourcePosition> =
+            self.sources.iter().map(|(name, _)| SourcePosition { name: name.clone(), elements: 0 }).collect();
+        for (_, parts) in self.slots.iter().filter(|(slot, _)| delivered(**slot)) {
+            for part in parts {
+                let mut id = part.split % listed;
+                let source = self.sources.iter().position(|&(_, n)| {
+                    let here = id < n;
+                    id = id.saturating_sub(n);
+                    here
+                });
+                if let Some(i) = source {
+                    out[i].elements += part.hi - part.lo;
+                }
+            }
+        }
+        out
     }
 
     /// Number of slots.
@@ -128,6 +158,7 @@ mod tests {
             slots: vec![slot(0, &[(5, 0, 4)]), slot(1, &[(5, 4, 6), (9, 0, 2)]), slot(2, &[(9, 2, 6)])],
             plan_fingerprint: 1,
             partial: false,
+            sources: vec![],
         };
         let plan = Plan::from_proto(2, plan).unwrap();
         assert_eq!(plan.len(), 3);
@@ -137,17 +168,24 @@ mod tests {
 
     #[test]
     fn rejects_inconsistent_plans() {
-        let wrong_epoch = EpochPlan { epoch: 1, slots: vec![], plan_fingerprint: 0, partial: false };
+        let wrong_epoch =
+            EpochPlan { epoch: 1, slots: vec![], plan_fingerprint: 0, partial: false, sources: vec![] };
         assert!(Plan::from_proto(2, wrong_epoch).is_err());
         let twice = EpochPlan {
             epoch: 2,
             slots: vec![slot(0, &[]), slot(0, &[])],
             plan_fingerprint: 0,
             partial: false,
+            sources: vec![],
         };
         assert!(Plan::from_proto(2, twice).is_err());
-        let reversed =
-            EpochPlan { epoch: 2, slots: vec![slot(0, &[(1, 4, 2)])], plan_fingerprint: 0, partial: false };
+        let reversed = EpochPlan {
+            epoch: 2,
+            slots: vec![slot(0, &[(1, 4, 2)])],
+            plan_fingerprint: 0,
+            partial: false,
+            sources: vec![],
+        };
         assert!(Plan::from_proto(2, reversed).is_err());
     }
 }

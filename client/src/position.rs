@@ -29,8 +29,22 @@ pub struct Position {
     pub delivered: Vec<(u64, u64)>,
     /// Fingerprint of the plan the position was taken under.
     pub plan_fingerprint: u64,
+    /// With mixed sources (`spec.sources`): how many elements of each source the delivered slots
+    /// of `epoch` hold. The plan (its fingerprint covers the mix) places every source's stream,
+    /// so a resume continues each source where it stood; this says where that is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourcePosition>,
     /// Encoding version ([`POSITION_VERSION`]).
     pub version: u32,
+}
+
+/// Where one mixed source's stream stands in a consumer's epoch.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourcePosition {
+    /// The source's name in `spec.sources`.
+    pub name: String,
+    /// Its elements in the delivered slots.
+    pub elements: u64,
 }
 
 impl Position {
@@ -89,6 +103,7 @@ mod tests {
             epoch: 3,
             delivered: vec![(0, 10), (12, 13)],
             plan_fingerprint: 0xdead_beef_cafe_f00d,
+            sources: vec![SourcePosition { name: "web".into(), elements: 700 }],
             version: POSITION_VERSION,
         }
     }

@@ -94,6 +94,7 @@ impl Session {
             epoch: progress.epoch,
             delivered: progress.delivered.ranges().to_vec(),
             plan_fingerprint: consumer.plan_fingerprint,
+            sources: Vec::new(),
             version: POSITION_VERSION,
         }
     }

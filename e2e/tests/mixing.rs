@@ -86,6 +86,18 @@ fn weights_hold_within_a_percent_in_every_run_and_across_a_resume() {
     let mut stopped = start_consumer(&d.address, &["--stop-after", "60", "--checkpoint", &cp]);
     assert!(stopped.finish(LONG), "the first consumer did not stop cleanly");
     assert_eq!(stopped.seen.len(), 60);
+    // The checkpoint says where each source's stream stands: its elements in the 60 batches
+    // delivered (batches are delivered as they complete, not always in slot order).
+    let position: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cp).expect("checkpoint")).expect("a JSON position");
+    let count = |prefix: &str| -> u64 {
+        stopped.seen.iter().flat_map(|s| &s.keys).filter(|k| k.starts_with(prefix)).count() as u64
+    };
+    assert_eq!(
+        position["sources"],
+        serde_json::json!([{"name": "web", "elements": count("web-")}, {"name": "code", "elements": count("code-")}]),
+        "{position}"
+    );
     let mut resumed = start_consumer(&d.address, &["--resume", &cp]);
     assert!(resumed.finish(LONG), "the resumed consumer did not finish");
     let mut joined = by_slot(&stopped.seen);

@@ -269,6 +269,7 @@ impl State {
             .get_mut(&req.pipeline)
             .ok_or_else(|| DispatchError::NotFound(format!("no pipeline named `{}`", req.pipeline)))?;
         let epochs = p.facts.epochs;
+        let sources = p.facts.mixing.as_ref().map(MixFacts::plan_sources).unwrap_or_default();
         let job = p.jobs.get_mut(&req.job).ok_or_else(|| {
             DispatchError::NotFound(format!(
                 "pipeline `{}` has no job `{}`; register a client first",
@@ -306,6 +307,7 @@ impl State {
             slots,
             plan_fingerprint: fingerprint,
             partial: !plan.is_complete(),
+            sources,
         })
     }
 

@@ -88,6 +88,9 @@ pub struct PipelineFacts {
 /// How a pipeline's inputs are mixed, as the plan needs it (see [`crate::plan::MixPlan`]).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MixFacts {
+    /// Name of each input, in order.
+    #[serde(default)]
+    pub names: Vec<String>,
     /// Listed splits of each input, in order.
     pub splits: Vec<u64>,
     /// Weights, as integer shares summing to 2^32.
@@ -109,6 +112,7 @@ impl MixFacts {
         let mixing = spec.mixing.clone().unwrap_or_default();
         let weights: Vec<f64> = spec.sources.iter().map(|s| s.weight).collect();
         Some(MixFacts {
+            names: spec.sources.iter().map(|s| s.name.clone()).collect(),
             splits: splits.to_vec(),
             weights: MixPlan::weights(&weights),
             block: u64::from(mixing.block()),
@@ -117,6 +121,18 @@ impl MixFacts {
                 granary_crds::MixStop::FirstExhausted => None,
             },
         })
+    }
+
+    /// The sources as a consumer's plan names them.
+    pub fn plan_sources(&self) -> Vec<pb::PlanSource> {
+        self.splits
+            .iter()
+            .enumerate()
+            .map(|(i, &splits)| pb::PlanSource {
+                name: self.names.get(i).cloned().unwrap_or_default(),
+                splits,
+            })
+            .collect()
     }
 
     /// The plan's view.
