@@ -160,7 +160,9 @@ fn check_after_pack(stages: &[StageSpec], problems: &mut Vec<Problem>) {
         if op == Pack::OP {
             problems.push(Problem::new(
                 format!("{path}.op"),
-                format!("a second `{op}` after spec.stages[{p}]; documents are packed once: remove this stage"),
+                format!(
+                    "a second `{op}` after spec.stages[{p}]; documents are packed once: remove this stage"
+                ),
             ));
             continue;
         }

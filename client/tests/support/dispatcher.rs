@@ -171,7 +171,13 @@ impl Dispatcher for FakeDispatcher {
                 parts: parts.iter().map(|&(split, lo, hi)| SlotPart { split, lo, hi }).collect(),
             })
             .collect();
-        Ok(Response::new(EpochPlan { epoch: request.epoch, slots, plan_fingerprint: 42, partial: false, sources: vec![] }))
+        Ok(Response::new(EpochPlan {
+            epoch: request.epoch,
+            slots,
+            plan_fingerprint: 42,
+            partial: false,
+            sources: vec![],
+        }))
     }
 
     async fn request_replay(

@@ -26,7 +26,11 @@ struct Splits(bool);
 
 impl Catalog for Splits {
     fn describe(&self, _: &Manifest) -> Result<granary_dispatcher::Listing, String> {
-        if self.0 { Ok(granary_dispatcher::Listing::single(vec![100; 4])) } else { Err("connection refused".into()) }
+        if self.0 {
+            Ok(granary_dispatcher::Listing::single(vec![100; 4]))
+        } else {
+            Err("connection refused".into())
+        }
     }
 }
 

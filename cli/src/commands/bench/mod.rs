@@ -124,7 +124,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.batches == 0 {
         return Err(crate::exit::InvalidInput("--batches must be at least 1".to_string()).into());
     }
-    crate::commands::run::refuse_mixing_in_process(&manifest, "granary bench measures the engine in process")?;
+    crate::commands::run::refuse_mixing_in_process(
+        &manifest,
+        "granary bench measures the engine in process",
+    )?;
     let options = engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
 
     let fast_engine = Engine::open(&manifest, options.clone())?;
