@@ -153,6 +153,9 @@ pub(super) struct Layout {
     /// Virtual splits in the order they are handed out.
     order: Vec<u64>,
     ordered: Vec<bool>,
+    /// Leading entries of `order` whose counts are known (the order only grows at its end and
+    /// counts only become known, so this only grows).
+    counted: usize,
 }
 
 impl Layout {
@@ -179,6 +182,7 @@ impl Layout {
             complete: false,
             order: Vec::new(),
             ordered: Vec::new(),
+            counted: 0,
         };
         layout.order = layout.estimated_order();
         for &v in &layout.order.clone() {
@@ -192,6 +196,11 @@ impl Layout {
     /// every unknown count were its listed count; a split the layout needs beyond it is appended.
     pub fn order(&self) -> &[u64] {
         &self.order
+    }
+
+    /// Leading splits of [`Layout::order`] whose counts are known.
+    pub fn counted(&self) -> usize {
+        self.counted
     }
 
     /// The output count of virtual split `v`, once known.
@@ -321,6 +330,12 @@ impl Layout {
             if self.mark_ordered(v) {
                 self.order.push(v);
             }
+        }
+        while let Some(&v) = self.order.get(self.counted) {
+            if self.count(v).is_none() {
+                break;
+            }
+            self.counted += 1;
         }
     }
 

@@ -290,7 +290,7 @@ impl EpochPlan {
 
     /// Splits at the front of the order whose counts are known.
     pub fn counted_splits(&self) -> usize {
-        self.layout.order().iter().take_while(|&&s| self.layout.count(s).is_some()).count()
+        self.layout.counted()
     }
 
     /// Whether every count the epoch needs is known (always, for pipelines whose counts are
