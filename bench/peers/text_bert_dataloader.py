@@ -32,17 +32,11 @@ import os
 import sys
 import time
 
+from text_common import DEFAULT_DATA, cores
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.environ.get("TEXT_BENCH_DATA") or os.path.expanduser("~/.cache/granary-text-bench")
 SYSTEM = "pytorch-dataloader"
 PIPELINE = "text-bert-wordpiece-pad-longest"
-
-
-def cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def main():

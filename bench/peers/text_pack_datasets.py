@@ -33,16 +33,10 @@ import sys
 import tempfile
 import time
 
-DEFAULT_DATA = os.environ.get("TEXT_BENCH_DATA") or os.path.expanduser("~/.cache/granary-text-bench")
+from text_common import DEFAULT_DATA, cores
+
 SYSTEM = "hf-datasets"
 PIPELINE = "text-bpe-pack2048"
-
-
-def cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def main():

@@ -1,0 +1,13 @@
+"""What the text peers share: where bench/gen_text.py keeps the corpus, and the cores to use."""
+
+import os
+
+DEFAULT_DATA = os.environ.get("TEXT_BENCH_DATA") or os.path.expanduser("~/.cache/granary-text-bench")
+
+
+def cores():
+    """CPUs this process may run on (one DataLoader worker or map process per core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
