@@ -26,13 +26,11 @@ main process does not use the tokenizer before the workers fork), which measured
 turning it off; `--no-tokenizers-parallelism` sets TOKENIZERS_PARALLELISM=false to compare.
 """
 import argparse
-import glob
 import json
 import os
-import sys
 import time
 
-from text_common import DEFAULT_DATA, cores
+from text_common import DEFAULT_DATA, corpus_files, cores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SYSTEM = "pytorch-dataloader"
@@ -58,9 +56,7 @@ def main():
     from tokenizers import Tokenizer
     from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-    files = sorted(glob.glob(os.path.join(a.data, "corpus", "*.jsonl")))
-    if not files:
-        sys.exit(f"no corpus under {a.data}: run bench/gen_text.py")
+    files = corpus_files(a.data)
     lines = []
     for path in files:
         with open(path, "rb") as f:

@@ -11,3 +11,14 @@ def cores():
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def corpus_files(data):
+    """The corpus shards bench/gen_text.py wrote under `data`, sorted; exits saying how to make them."""
+    import glob
+    import sys
+
+    files = sorted(glob.glob(os.path.join(data, "corpus", "*.jsonl")))
+    if not files:
+        sys.exit(f"no corpus under {data}: run bench/gen_text.py")
+    return files

@@ -25,15 +25,13 @@ since the main process does not encode before the map forks), as in the DataLoad
 `--no-tokenizers-parallelism` turns it off to compare.
 """
 import argparse
-import glob
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-from text_common import DEFAULT_DATA, cores
+from text_common import DEFAULT_DATA, corpus_files, cores
 
 SYSTEM = "hf-datasets"
 PIPELINE = "text-bpe-pack2048"
@@ -57,9 +55,7 @@ def main():
     from tokenizers import Tokenizer
     from torch.utils.data import DataLoader
 
-    files = sorted(glob.glob(os.path.join(a.data, "corpus", "*.jsonl")))
-    if not files:
-        sys.exit(f"no corpus under {a.data}: run bench/gen_text.py")
+    files = corpus_files(a.data)
     tok = Tokenizer.from_file(os.path.join(a.data, "bpe.json"))
     eos = tok.token_to_id("<|endoftext|>")
     block = a.length
