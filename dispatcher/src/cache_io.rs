@@ -110,8 +110,8 @@ impl Dispatcher {
     }
 }
 
-/// Complete splits (split → stored bytes) of each cut's entry in the store at `url`; a store
-/// that fails counts as holding nothing.
+/// Complete splits (split → stored bytes) of each cut's entries (every source's) in the store
+/// at `url`; a store that fails counts as holding nothing.
 async fn existing_splits(url: &str, profile: &pb::CacheProfile) -> BTreeMap<String, BTreeMap<u64, u64>> {
     let mut out = BTreeMap::new();
     let store = match CacheStore::open(url) {
@@ -121,16 +121,20 @@ async fn existing_splits(url: &str, profile: &pb::CacheProfile) -> BTreeMap<Stri
             return out;
         }
     };
-    for b in &profile.boundaries {
+    let fingerprints = profile.boundaries.iter().flat_map(crate::state::boundary_entries);
+    for text in fingerprints {
         // A malformed fingerprint is refused by the state with the request.
-        let Ok(fp) = Fingerprint::parse(&b.fingerprint) else { continue };
+        let Ok(fp) = Fingerprint::parse(text) else { continue };
+        if out.contains_key(text) {
+            continue;
+        }
         match store.completed_splits(&fp).await {
             Ok(splits) => {
-                out.insert(b.fingerprint.clone(), splits);
+                out.insert(text.to_string(), splits);
             }
             Err(e) => tracing::warn!(
                 store = %url,
-                fingerprint = %b.fingerprint,
+                fingerprint = %text,
                 "cannot list the cache entry's splits; assuming none: {e}"
             ),
         }

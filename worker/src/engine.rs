@@ -203,6 +203,11 @@ impl Engine {
         self.plan.cache.as_deref()
     }
 
+    /// [`Engine::cache`], shared: what a service checks leases' cache tasks against.
+    pub fn shared_cache(&self) -> Option<Arc<EngineCache>> {
+        self.plan.cache.clone()
+    }
+
     /// Why caching is off although the spec asks for it (the store could not be opened).
     pub fn cache_error(&self) -> Option<&str> {
         self.cache_error.as_deref()

@@ -140,11 +140,11 @@ fn auto_offers_every_cut_of_the_deterministic_prefix_with_its_own_fingerprint() 
     let cuts: Vec<(usize, &str)> = cache.cuts.iter().map(|c| (c.index, c.stage.as_str())).collect();
     assert_eq!(cuts, vec![(0, "source"), (1, "image.decode"), (2, "image.resize"), (3, "crop")]);
     // (A renamed stage is reported under its new name but shares the entry.)
-    let fps: BTreeSet<&str> = cache.cuts.iter().map(|c| c.fingerprint.as_str()).collect();
+    let fps: BTreeSet<&str> = cache.cuts.iter().map(|c| c.fingerprint().as_str()).collect();
     assert_eq!(fps.len(), 4);
 
     // Renaming a stage changes nothing; changing its arguments or the data does.
-    let fp3 = |m: &granary_crds::Manifest| open(m).cache().unwrap().cut(3).unwrap().fingerprint.to_string();
+    let fp3 = |m: &granary_crds::Manifest| open(m).cache().unwrap().cut(3).unwrap().fingerprint().to_string();
     let spec = cache_spec("auto", dir.path());
     let base = fp3(&manifest("cache-cuts", &spec));
     assert_eq!(fp3(&manifest_with("cache-cuts", &spec, 24, "square")), base);
@@ -301,8 +301,8 @@ fn a_hundred_corruptions_are_each_detected_and_recomputed_without_duplicates() {
     let pristine = tempfile::tempdir().unwrap();
     let reference = open(&manifest("cache-corrupt", ""));
     let writer = open(&manifest("cache-corrupt", &cache_spec("auto", pristine.path())));
-    let fp = writer.cache().unwrap().cut(CUT).unwrap().fingerprint.to_string();
-    let other_fp = writer.cache().unwrap().cut(2).unwrap().fingerprint.to_string();
+    let fp = writer.cache().unwrap().cut(CUT).unwrap().fingerprint().to_string();
+    let other_fp = writer.cache().unwrap().cut(2).unwrap().fingerprint().to_string();
     let counts = counts(&writer);
     // Two entries: the one read (cut 3) and another (cut 2) whose manifests make foreign ones.
     for cut in [CUT, 2] {
@@ -373,7 +373,7 @@ fn the_profile_measures_every_cut_and_the_store() {
     assert_eq!(cuts, vec![(0, "source"), (1, "image.decode"), (2, "image.resize"), (3, "crop")]);
     let cache = engine.cache().unwrap();
     for b in &profile.boundaries {
-        assert_eq!(b.fingerprint, cache.cut(b.index as usize).unwrap().fingerprint.to_string());
+        assert_eq!(b.fingerprint, cache.cut(b.index as usize).unwrap().fingerprint().to_string());
         assert!(
             b.bytes_per_element > 0.0
                 && b.encode_seconds_per_element > 0.0
@@ -424,7 +424,7 @@ spec:
         let m = granary_crds::parse_manifest(&text, Path::new("/"), &[]).unwrap();
         let engine = open(&m);
         let cache = engine.cache().unwrap();
-        cache.cuts.iter().map(|c| (c.index, c.fingerprint.to_string())).collect::<Vec<_>>()
+        cache.cuts.iter().map(|c| (c.index, c.fingerprint().to_string())).collect::<Vec<_>>()
     };
     std::fs::copy(fixtures.join("wordpiece.json"), &tokenizer).unwrap();
     let before = fingerprints();

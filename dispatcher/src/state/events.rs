@@ -68,8 +68,13 @@ pub enum Event {
         generation: u64,
         /// The decision, with its reason.
         decision: CacheDecision,
-        /// The chosen entry's fingerprint; empty when computing.
+        /// The chosen entry's fingerprint; empty when computing. Of the first source for
+        /// `spec.sources`.
         fingerprint: String,
+        /// With `spec.sources`: each source's entry at the chosen cut, in order; empty for a
+        /// single source (and in journals from before sources were cached).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sources: Vec<String>,
         /// The chosen cut; 0 when computing.
         boundary: usize,
         /// Name of the stage whose output is cached; empty when computing.
@@ -83,7 +88,7 @@ pub enum Event {
         store: String,
         /// The entry.
         fingerprint: String,
-        /// Split id.
+        /// The split of the entry: its index in its own source's listing.
         split: u64,
         /// Stored bytes.
         bytes: u64,
@@ -143,13 +148,23 @@ impl State {
                     );
                 }
             }
-            Event::CacheDecided { pipeline, generation, decision, fingerprint, boundary, stage, epoch } => {
+            Event::CacheDecided {
+                pipeline,
+                generation,
+                decision,
+                fingerprint,
+                sources,
+                boundary,
+                stage,
+                epoch,
+            } => {
                 if let Some(p) = self.pipelines.get_mut(pipeline)
                     && p.generation == *generation
                 {
                     p.cache.decision = Some(Chosen {
                         decision: decision.clone(),
                         fingerprint: fingerprint.clone(),
+                        sources: sources.clone(),
                         boundary: *boundary,
                         stage: stage.clone(),
                         epoch: *epoch,
@@ -187,6 +202,7 @@ impl State {
                     generation: p.generation,
                     decision: c.decision.clone(),
                     fingerprint: c.fingerprint.clone(),
+                    sources: c.sources.clone(),
                     boundary: c.boundary,
                     stage: c.stage.clone(),
                     epoch: c.epoch,

@@ -8,9 +8,10 @@ mod events;
 mod leases;
 mod tallies;
 
+pub(crate) use cache::boundary_entries;
 pub use cache::{
     CACHE_STATES, CacheConfig, CacheReport, DEFAULT_RETENTION_HOURS, EpochCache, PROFILE_WAIT_MS,
-    STORAGE_PER_GB_MONTH, StoreUse,
+    STORAGE_PER_GB_MONTH, SourceEntry, StoreUse,
 };
 pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
@@ -146,6 +147,33 @@ impl MixFacts {
                 None => MixStop::FirstExhausted,
             },
         }
+    }
+}
+
+impl PipelineFacts {
+    /// Sources of the pipeline: those of `spec.sources`, or 1.
+    pub fn inputs(&self) -> usize {
+        self.mixing.as_ref().map_or(1, |m| m.splits.len().max(1))
+    }
+
+    /// Where split id `split` keeps its cache entries: `(source, split of that source's
+    /// listing)`. Each source has entries of its own, shared with single-source pipelines that
+    /// read it, so a split's entry split is its index in its own source's listing. A split id
+    /// past the listing (a further pass of an upsampled source, `pass × splits + id`) reads
+    /// listed split `id` and shares its entry split: the stages before a cut are deterministic,
+    /// so a pass's elements there do not depend on the seeds that differ between passes.
+    /// `None` for an id no source lists.
+    pub fn entry_split(&self, split: u64) -> Option<(usize, u64)> {
+        let base = split.checked_rem(self.counts.len() as u64)?;
+        let Some(mixing) = &self.mixing else { return Some((0, base)) };
+        let mut first = 0u64;
+        for (input, &splits) in mixing.splits.iter().enumerate() {
+            if base < first.saturating_add(splits) {
+                return Some((input, base - first));
+            }
+            first = first.saturating_add(splits);
+        }
+        None
     }
 }
 

@@ -5,10 +5,10 @@
 //! one after another, so a cut inside it would make cached epochs differ from computed ones.
 //! With `policy: at` the engine does not fuse across the named cut instead.
 
-use super::{Cut, EngineCache};
+use super::{CachedInput, Cut, EngineCache};
 use crate::executor::Plan;
-use crate::source::Source;
-use granary_crds::{CachePolicy, InputPipelineSpec};
+use crate::source::{InputListing, Source};
+use granary_crds::{CachePolicy, InputPipelineSpec, SourceSpec};
 use granary_store::cache::{CacheError, CacheStore, EntryIdentity};
 
 /// A file a stage read when it was built (a tokenizer): its content is part of the identity of
@@ -50,6 +50,12 @@ pub fn caches(spec: &InputPipelineSpec) -> bool {
 
 /// The cache context of a pipeline whose plan and source are built, or `None` when it does not
 /// cache or has no legal cut.
+///
+/// Every source has its own entry at each cut, whose fingerprint depends only on that source
+/// (URL, format and its options, listing, splits) and on the stages before the cut with the
+/// resources they read: a mixed pipeline's entry of a source is the entry a single-source
+/// pipeline reading that source with the same stages writes and reads, and the other way round.
+/// A source's name and weight only choose which elements are drawn, so they are not part of it.
 pub fn build(
     spec: &InputPipelineSpec,
     pipeline: &str,
@@ -62,68 +68,97 @@ pub fn build(
     let Some(url) = spec.cache.as_ref().filter(|_| caches(spec)).and_then(|c| c.store.as_deref()) else {
         return Ok(None);
     };
-    // Mixed sources are not cached (validation refuses `cache` with `sources`).
-    let Some(source_spec_of) = spec.source.as_ref() else { return Ok(None) };
+    let inputs = spec.inputs();
+    let listings = source.listings();
+    if inputs.is_empty() || inputs.len() != listings.len() {
+        // The source was listed from this spec; a mismatch would make every entry a wrong one.
+        return Ok(None);
+    }
     let store = CacheStore::open(url)?;
     let prefix = granary_crds::validate::deterministic_prefix_len(&spec.stages).min(plan.spec_stages);
     let candidates: Vec<usize> = match pinned_cut(spec) {
         Some(k) => vec![k],
         None => (0..=prefix).collect(),
     };
-    let source_spec = serde_json::to_value(&spec.source).unwrap_or_default();
-    let extra = serde_json::json!({
-        "objects": source.identity(),
-        "source": source_spec,
-        "splits": source.splits().len(),
-        "filesPerSplit": source_spec_of.files_per_split(spec.batch.size.max(1) as usize),
-    });
+    let batch_size = spec.batch.size.max(1) as usize;
     let mut cuts = Vec::new();
     for k in candidates {
         if k > prefix || plan.stage_at_cut(k).is_none() {
             continue;
         }
-        let stages = spec.stages[..k]
-            .iter()
-            .map(|s| {
-                let mut v = serde_json::to_value(s).unwrap_or_default();
-                // The name is a label: renaming a stage does not change its output.
-                if let Some(map) = v.as_object_mut() {
-                    map.remove("name");
-                }
-                v
-            })
-            .collect();
+        let stages = stage_identity(spec, k);
         let read: Vec<serde_json::Value> = resources
             .iter()
             .filter(|r| r.stage < k)
             .map(|r| serde_json::json!({"stage": r.stage, "location": r.location, "sha256": r.sha256}))
             .collect();
-        let mut extra = extra.clone();
-        if let Some(map) = extra.as_object_mut() {
-            map.insert("resources".to_string(), serde_json::Value::Array(read));
-        }
-        let identity = EntryIdentity {
-            source_url: source.url().to_string(),
-            source_format: format!("{:?}", source_spec_of.format).to_lowercase(),
-            // The listing is in `extra` as one digest, hashed once for every cut.
-            objects: Vec::new(),
-            stages,
-            extra,
-        };
+        let fingerprints = inputs
+            .iter()
+            .zip(&listings)
+            .map(|(input, listing)| {
+                source_identity(input.source, listing, batch_size, &stages, &read).fingerprint()
+            })
+            .collect();
         let stage = if k == 0 { "source".to_string() } else { spec.stages[k - 1].display_name().to_string() };
-        cuts.push(Cut { index: k, stage, fingerprint: identity.fingerprint() });
+        cuts.push(Cut { index: k, stage, fingerprints });
     }
     if cuts.is_empty() {
         return Ok(None);
     }
+    let inputs = listings
+        .iter()
+        .map(|l| CachedInput { url: l.url.to_string(), splits: l.splits.start as u64..l.splits.end as u64 })
+        .collect();
     Ok(Some(EngineCache {
         store,
         cuts,
         pipeline: pipeline.to_string(),
-        source_url: source.url().to_string(),
+        inputs,
         stage_names: spec.stages.iter().map(|s| s.display_name().to_string()).collect(),
-        splits: source.splits().len() as u64,
+        listed: source.splits().len() as u64,
         writer_id,
         chunk_bytes: chunk_bytes.max(1),
     }))
+}
+
+/// The stages before cut `k`, each with its arguments and without its name.
+fn stage_identity(spec: &InputPipelineSpec, k: usize) -> Vec<serde_json::Value> {
+    spec.stages[..k]
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or_default();
+            // The name is a label: renaming a stage does not change its output.
+            if let Some(map) = v.as_object_mut() {
+                map.remove("name");
+            }
+            v
+        })
+        .collect()
+}
+
+/// The identity of one source's entry at a cut whose stages are `stages` (see [`build`]).
+/// `source` is the source as the spec gives it (for `spec.sources`, without its name and
+/// weight); `read` the resources those stages read.
+pub fn source_identity(
+    source: &SourceSpec,
+    listing: &InputListing<'_>,
+    batch_size: usize,
+    stages: &[serde_json::Value],
+    read: &[serde_json::Value],
+) -> EntryIdentity {
+    let extra = serde_json::json!({
+        "objects": listing.identity,
+        "source": serde_json::to_value(source).unwrap_or_default(),
+        "splits": listing.splits.len(),
+        "filesPerSplit": source.files_per_split(batch_size),
+        "resources": read,
+    });
+    EntryIdentity {
+        source_url: listing.url.to_string(),
+        source_format: format!("{:?}", source.format).to_lowercase(),
+        // The listing is in `extra` as one digest, hashed once for every cut.
+        objects: Vec::new(),
+        stages: stages.to_vec(),
+        extra,
+    }
 }

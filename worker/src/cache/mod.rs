@@ -11,15 +11,45 @@ pub mod write;
 
 use granary_store::cache::{CacheStore, Fingerprint};
 
-/// One legal cut: the entry holding the elements as they are after `spec.stages[index - 1]`.
+/// One legal cut: the entries holding the elements as they are after `spec.stages[index - 1]`,
+/// one per source.
 #[derive(Clone, Debug)]
 pub struct Cut {
     /// Stages of `spec.stages` before the cut (0: the source's elements).
     pub index: usize,
     /// Name of the stage whose output the entry holds (`source` for 0).
     pub stage: String,
-    /// The entry's fingerprint.
-    pub fingerprint: Fingerprint,
+    /// The entry of each source, in the order of `spec.sources` (one for a single `spec.source`).
+    /// Each is the entry a single-source pipeline reading that source with the same stages uses.
+    pub fingerprints: Vec<Fingerprint>,
+}
+
+impl Cut {
+    /// The entry of the first (for a single source, the only) source.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        // `entries::build` makes a cut only with an entry for every source, and there is one.
+        &self.fingerprints[0]
+    }
+}
+
+/// One source of a pipeline that caches: what its entries record, and its splits.
+#[derive(Clone, Debug)]
+pub struct CachedInput {
+    /// The source URL, recorded in the entries it creates.
+    pub url: String,
+    /// Its split ids in the pipeline's combined listing.
+    pub splits: std::ops::Range<u64>,
+}
+
+/// Where one split's elements live: which source's entry, and which split of that entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntrySplit<'a> {
+    /// The entry (the source's entry at the cut).
+    pub fingerprint: &'a Fingerprint,
+    /// Index of the source in `spec.sources` (0 for a single source).
+    pub input: usize,
+    /// The split's index in its own source's listing: the entry's split.
+    pub split: u64,
 }
 
 /// The cache store of a pipeline and the entries its tasks may use.
@@ -30,12 +60,12 @@ pub struct EngineCache {
     pub cuts: Vec<Cut>,
     /// Pipeline name, recorded in the entries it creates.
     pub pipeline: String,
-    /// Source URL, recorded in entries.
-    pub source_url: String,
+    /// Each source, in the order of `spec.sources` (one for a single source).
+    pub inputs: Vec<CachedInput>,
     /// Names of `spec.stages`, recorded in entries.
     pub stage_names: Vec<String>,
-    /// Splits in the source listing.
-    pub splits: u64,
+    /// Splits in the pipeline's combined listing (every source's).
+    pub listed: u64,
     /// Names this writer's chunk folders.
     pub writer_id: String,
     /// Raw record bytes per chunk.
@@ -46,6 +76,24 @@ impl EngineCache {
     /// The cut at `index`, if it is legal.
     pub fn cut(&self, index: usize) -> Option<&Cut> {
         self.cuts.iter().find(|c| c.index == index)
+    }
+
+    /// `(source, split of the source's listing)` of split id `split` of the combined listing.
+    /// Ids past the listing are further passes of an upsampled source (`pass × listed + id`):
+    /// they read listed split `id`, and so do their entries. Only the seeds of the stages differ
+    /// between passes, and the stages before a cut are deterministic (they draw nothing from
+    /// their seeded stream, or an entry could not serve later epochs either), so a pass's
+    /// elements at the cut are its base split's.
+    pub fn locate(&self, split: u64) -> Option<(usize, u64)> {
+        let base = split.checked_rem(self.listed)?;
+        let input = self.inputs.iter().position(|i| i.splits.contains(&base))?;
+        Some((input, base - self.inputs[input].splits.start))
+    }
+
+    /// The entry split of split id `split` at `cut`, if the pipeline lists that split.
+    pub fn entry<'a>(&self, cut: &'a Cut, split: u64) -> Option<EntrySplit<'a>> {
+        let (input, split) = self.locate(split)?;
+        Some(EntrySplit { fingerprint: cut.fingerprints.get(input)?, input, split })
     }
 }
 

@@ -199,11 +199,12 @@ fn sample(
     for (c, (k, j)) in cuts.iter().enumerate() {
         let Some(cut) = cache.cut(*k) else { continue };
         let kept = records[c].len().max(1) as f64;
-        let (stored, encode, decode) = round_trip(&cut.fingerprint, &records[c], rt)?;
+        let (stored, encode, decode) = round_trip(cut.fingerprint(), &records[c], rt)?;
         profile.boundaries.push(pb::CacheBoundary {
             index: *k as u32,
             stage: cut.stage.clone(),
-            fingerprint: cut.fingerprint.to_string(),
+            fingerprint: cut.fingerprint().to_string(),
+            source_fingerprints: cut.fingerprints.iter().map(|f| f.to_string()).collect(),
             prefix_seconds_per_element: read_s + stage_s[..*j].iter().sum::<f64>(),
             suffix_seconds_per_element: stage_s[*j..].iter().sum::<f64>(),
             bytes_per_element: stored as f64 / kept,

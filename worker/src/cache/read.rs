@@ -2,24 +2,23 @@
 //! the elements over in order. A failure names the first element the entry could not supply;
 //! the caller computes the split from there, so no element is delivered twice or lost.
 
-use super::{Cut, EngineCache, ReadReport, record};
+use super::{EngineCache, EntrySplit, ReadReport, record};
 use crate::element::Element;
 use tokio::runtime::Handle;
 
-/// Streams split `split`'s elements from `cut`'s entry into `emit(index, element)` until it
+/// Streams a split's elements from its entry split `entry` into `emit(index, element)` until it
 /// returns false. Returns the index from which the source must supply the rest (`None`: nothing
 /// left to supply) and what reading did.
 pub fn read_split(
     cache: &EngineCache,
-    cut: &Cut,
-    split: u64,
+    entry: EntrySplit<'_>,
     elements: u64,
     rt: &Handle,
     emit: &mut dyn FnMut(u64, Element) -> bool,
 ) -> (Option<u64>, ReadReport) {
     let mut report = ReadReport::default();
     let store = &cache.store;
-    let fp = &cut.fingerprint;
+    let (fp, split) = (entry.fingerprint, entry.split);
     let fail = |report: &mut ReadReport, at: u64, bad: bool, problem: String| {
         tracing::warn!(split, fingerprint = %fp, at, "cache entry of split {split} unusable from element {at}: {problem}; computing from the source");
         report.bad |= bad;

@@ -4,7 +4,7 @@
 //! split's entry (its chunks are deleted, nothing becomes visible) and never stops the
 //! computation.
 
-use super::{Cut, EngineCache};
+use super::{Cut, EngineCache, EntrySplit};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use granary_store::cache::{EntryInfo, FORMAT_VERSION, Fingerprint, SplitWriter};
 use std::collections::HashSet;
@@ -25,7 +25,7 @@ pub struct WriteReport {
 }
 
 enum Msg {
-    Begin { fingerprint: Fingerprint, cut: usize, stage: String, split: u64 },
+    Begin { fingerprint: Fingerprint, cut: usize, stage: String, input: usize, split: u64 },
     Record(Vec<u8>),
     End(Sender<WriteReport>),
 }
@@ -47,13 +47,14 @@ impl WriteThread {
         Ok(WriteThread { tx: Some(tx), handle: Some(handle) })
     }
 
-    /// Starts writing split `split` of `cut`'s entry (abandoning an unfinished one).
-    pub fn begin(&self, cut: &Cut, split: u64) {
+    /// Starts writing entry split `entry` of `cut` (abandoning an unfinished one).
+    pub fn begin(&self, cut: &Cut, entry: EntrySplit<'_>) {
         self.send(Msg::Begin {
-            fingerprint: cut.fingerprint.clone(),
+            fingerprint: entry.fingerprint.clone(),
             cut: cut.index,
             stage: cut.stage.clone(),
-            split,
+            input: entry.input,
+            split: entry.split,
         });
     }
 
@@ -101,10 +102,10 @@ impl Writer {
     fn run(mut self, rx: &Receiver<Msg>) {
         for msg in rx.iter() {
             match msg {
-                Msg::Begin { fingerprint, cut, stage, split } => {
+                Msg::Begin { fingerprint, cut, stage, input, split } => {
                     self.abandon();
                     self.failed = None;
-                    if let Err(e) = self.describe(&fingerprint, cut, &stage) {
+                    if let Err(e) = self.describe(&fingerprint, cut, &stage, input) {
                         self.failed = Some(e);
                     }
                     let writer = self.cache.store.split_writer(&fingerprint, split, &self.cache.writer_id);
@@ -158,21 +159,30 @@ impl Writer {
         }
     }
 
-    /// Creates the entry's `entry.json` unless it exists.
-    fn describe(&mut self, fingerprint: &Fingerprint, cut: usize, stage: &str) -> Result<(), String> {
+    /// Creates the entry's `entry.json` unless it exists; the entry is source `input`'s.
+    fn describe(
+        &mut self,
+        fingerprint: &Fingerprint,
+        cut: usize,
+        stage: &str,
+        input: usize,
+    ) -> Result<(), String> {
         if self.described.contains(fingerprint.as_str()) {
             return Ok(());
         }
+        let Some(source) = self.cache.inputs.get(input) else {
+            return Err(format!("the pipeline has no source {input}"));
+        };
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let info = EntryInfo {
             format_version: FORMAT_VERSION,
             fingerprint: fingerprint.to_string(),
             pipeline: self.cache.pipeline.clone(),
-            source_url: self.cache.source_url.clone(),
+            source_url: source.url.clone(),
             boundary: cut,
             stage: stage.to_string(),
             stages: self.cache.stage_names.iter().take(cut).cloned().collect(),
-            splits_total: self.cache.splits,
+            splits_total: source.splits.end - source.splits.start,
             created_unix_s: now,
             last_used_unix_s: now,
         };

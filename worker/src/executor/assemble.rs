@@ -166,7 +166,11 @@ impl Writer<'_> {
     fn begin(&mut self, plan: &Plan, task: Task, split_id: u64) -> bool {
         let CacheUse::Write { cut } = task.cache else { return false };
         let Some(cache) = plan.cache.as_ref() else { return false };
-        let Some(entry) = cache.cut(cut) else { return false };
+        // A virtual split id (a further pass of an upsampled source) writes its base split's
+        // entry: see `EngineCache::locate`.
+        let Some((cut, entry)) = cache.cut(cut).and_then(|c| Some((c, cache.entry(c, split_id)?))) else {
+            return false;
+        };
         if self.thread.is_none() {
             match WriteThread::start(Arc::clone(cache), self.rt.clone()) {
                 Ok(t) => self.thread = Some(t),
@@ -177,7 +181,7 @@ impl Writer<'_> {
             }
         }
         if let Some(t) = &self.thread {
-            t.begin(entry, split_id);
+            t.begin(cut, entry);
         }
         true
     }

@@ -22,12 +22,16 @@ pub(super) fn read(
     let (Some(cache), Some(start)) = (plan.cache.as_deref(), plan.stage_at_cut(cut)) else {
         return (Some(0), ReadReport::default());
     };
-    let Some(entry) = cache.cut(cut) else {
+    // A virtual split id (a further pass of an upsampled source) reads its base split's entry:
+    // see `EngineCache::locate`.
+    let Some(entry) = cache.cut(cut).and_then(|c| cache.entry(c, split_id)) else {
         let report = ReadReport {
-            problem: Some(format!("this worker has no cache entry for cut {cut}; computed")),
+            problem: Some(format!(
+                "this worker has no cache entry for split {split_id} at cut {cut}; computed"
+            )),
             ..ReadReport::default()
         };
         return (Some(0), report);
     };
-    read::read_split(cache, entry, split_id, elements, rt, &mut |index, element| send(index, start, element))
+    read::read_split(cache, entry, elements, rt, &mut |index, element| send(index, start, element))
 }

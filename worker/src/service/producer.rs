@@ -10,6 +10,7 @@ use super::delivery::{CountedSplit, Delivery, Job};
 use super::delivery::{Event, Sinks};
 use super::metrics::StageSource;
 use super::router::SplitRouter;
+use crate::cache::EngineCache;
 use crate::cache::profile::{Limits, Profiler};
 use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
 use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
@@ -65,7 +66,7 @@ struct Opened {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
-    cuts: Vec<(usize, String)>,
+    cache: Option<Arc<EngineCache>>,
 }
 
 /// An engine running one generation of a pipeline. Dropping it closes its feed: the splits
@@ -76,8 +77,8 @@ pub struct Producer {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
-    /// The engine's legal cache cuts and their entries' fingerprints.
-    cuts: Vec<(usize, String)>,
+    /// The engine's legal cache cuts with their entries, and where each split's entry is.
+    cache: Option<Arc<EngineCache>>,
     inputs: SharedInputs,
     stop: Arc<AtomicBool>,
 }
@@ -115,16 +116,13 @@ impl Producer {
                         return;
                     }
                 };
-                let cuts = engine
-                    .cache()
-                    .map(|c| c.cuts.iter().map(|cut| (cut.index, cut.fingerprint.to_string())).collect())
-                    .unwrap_or_default();
+                let cache = engine.shared_cache();
                 let execution = engine.run_tasks(Box::new(feed_rx.into_iter()));
                 let opened = Opened {
                     splits: engine.source().splits().len(),
                     stages: engine.stages().iter().map(|(_, name)| name.to_string()).collect(),
                     times: execution.stage_times(),
-                    cuts,
+                    cache,
                 };
                 if info_wants_profile {
                     let events = runner.delivery.sinks.events.clone();
@@ -158,7 +156,7 @@ impl Producer {
             splits: opened.splits,
             stages: opened.stages,
             times: opened.times,
-            cuts: opened.cuts,
+            cache: opened.cache,
             inputs,
             stop,
         })
@@ -193,7 +191,13 @@ impl Producer {
             return CacheUse::Compute;
         }
         let cut = task.boundary as usize;
-        if !self.cuts.iter().any(|(index, fp)| *index == cut && *fp == task.fingerprint) {
+        // The entry of the split's source (a further pass of an upsampled source: of its base
+        // split), as this engine fingerprints it.
+        let entry = self.cache.as_ref().and_then(|c| {
+            let at = c.cut(cut)?;
+            c.entry(at, lease.split).map(|e| e.fingerprint.as_str() == task.fingerprint)
+        });
+        if entry != Some(true) {
             tracing::warn!(
                 pipeline = %lease.pipeline,
                 split = lease.split,

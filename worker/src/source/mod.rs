@@ -165,6 +165,17 @@ struct Listed {
     splits: std::ops::Range<usize>,
 }
 
+/// One input's listing as [`Source::listings`] describes it.
+#[derive(Clone, Debug)]
+pub struct InputListing<'a> {
+    /// The URL it was opened from.
+    pub url: &'a url::Url,
+    /// SHA-256 (hex) of its listed objects' paths, sizes, ETags and versions.
+    pub identity: &'a str,
+    /// Its split ids in the combined listing.
+    pub splits: std::ops::Range<usize>,
+}
+
 /// Whether the reader should go on after an element was handed over.
 pub type Emit<'a> = dyn FnMut(Element) -> bool + 'a;
 
@@ -247,6 +258,15 @@ impl Source {
     /// Split ids of each input, in the order of `spec.sources` (one range for a single source).
     pub fn input_splits(&self) -> Vec<std::ops::Range<usize>> {
         self.inputs.iter().map(|i| i.splits.clone()).collect()
+    }
+
+    /// What each input's listing is, in the order of `spec.sources` (one for a single source):
+    /// what the cache fingerprints of its entries are made of.
+    pub fn listings(&self) -> Vec<InputListing<'_>> {
+        self.inputs
+            .iter()
+            .map(|i| InputListing { url: &i.located.url, identity: &i.identity, splits: i.splits.clone() })
+            .collect()
     }
 
     /// The layout of the data (the first input's).

@@ -19,12 +19,29 @@ pub(crate) fn inputs(state: &State, name: &str, profile: &pb::CacheProfile) -> C
     let counts = &p.facts.counts;
     let total: u64 = counts.iter().sum();
     let store = p.cache.config.store.clone().unwrap_or_default();
-    let existing_fraction = |fp: &str| -> f64 {
-        let Some(entry) = state.cache_entries.get(&(store.clone(), fp.to_string())) else { return 0.0 };
+    // The listed elements whose entry splits are complete, over every source's entry (each
+    // source's entry splits are numbered in its own listing, from `first` in the combined one).
+    let firsts: Vec<u64> = match &p.facts.mixing {
+        Some(m) => m
+            .splits
+            .iter()
+            .scan(0u64, |first, &n| Some(std::mem::replace(first, first.saturating_add(n))))
+            .collect(),
+        None => vec![0],
+    };
+    let existing_fraction = |b: &pb::CacheBoundary| -> f64 {
         if total == 0 {
             return 0.0;
         }
-        let done: u64 = entry.complete.keys().filter_map(|&s| counts.get(s as usize)).sum();
+        let mut done = 0u64;
+        for (fp, first) in super::boundary_entries(b).into_iter().zip(&firsts) {
+            let Some(entry) = state.cache_entries.get(&(store.clone(), fp.to_string())) else { continue };
+            done += entry
+                .complete
+                .keys()
+                .filter_map(|&s| counts.get(s.saturating_add(*first) as usize))
+                .sum::<u64>();
+        }
         done as f64 / total as f64
     };
     let mut boundaries: Vec<Boundary> = profile
@@ -38,7 +55,7 @@ pub(crate) fn inputs(state: &State, name: &str, profile: &pb::CacheProfile) -> C
             bytes_per_element: b.bytes_per_element,
             encode_s_per_element: b.encode_seconds_per_element,
             decode_s_per_element: b.decode_seconds_per_element,
-            existing_fraction: existing_fraction(&b.fingerprint),
+            existing_fraction: existing_fraction(b),
         })
         .collect();
     boundaries.sort_by_key(|b| b.index);

@@ -1,9 +1,18 @@
 //! Cache tasks of leases, and what completions and lost leases change in the entries.
+//!
+//! Entries are per source: a split's entry is its source's, and its split there is its index in
+//! that source's listing ([`crate::state::PipelineFacts::entry_split`]), so a mixed pipeline and
+//! a single-source one reading the same source keep one set of entry splits between them.
 
 use crate::state::{Event, State};
 use granary_proto::v1 as pb;
 
 impl State {
+    /// Where split `split` of `pipeline` keeps its entries: (source, entry split).
+    fn entry_split_of(&self, pipeline: &str, split: u64) -> Option<(usize, u64)> {
+        self.pipelines.get(pipeline)?.facts.entry_split(split)
+    }
+
     /// The cache task of a new lease (`lease` is its id): read a complete split, write one no
     /// other lease writes, compute otherwise. Replays (one consumer's parts) never write.
     pub(crate) fn cache_task(
@@ -15,22 +24,24 @@ impl State {
         now: u64,
     ) -> pb::CacheTask {
         let compute = pb::CacheTask { mode: pb::CacheMode::Compute as i32, ..Default::default() };
+        let Some((input, entry_split)) = self.entry_split_of(pipeline, split) else { return compute };
         let Some(p) = self.pipelines.get_mut(pipeline) else { return compute };
-        let (Some(key), Some(chosen)) = (p.cache.entry_key(), p.cache.decision.as_ref()) else {
+        let (Some(key), Some(chosen)) = (p.cache.entry_key(input), p.cache.decision.as_ref()) else {
             return compute;
         };
         let boundary = chosen.boundary as u32;
         let entry = self.cache_entries.entry(key.clone()).or_default();
-        let mode = if entry.complete.contains_key(&split) {
-            if !p.cache.touched {
-                p.cache.touched = true;
+        let mode = if entry.complete.contains_key(&entry_split) {
+            if p.cache.touched.insert(key.1.clone()) {
                 self.cache_touches.push(key.clone());
             }
             pb::CacheMode::Read
-        } else if replay || entry.bad.contains(&split) || entry.writing.contains_key(&split) {
+        } else if replay || entry.bad.contains(&entry_split) || entry.writing.contains_key(&entry_split) {
+            // Another lease writes it: this pipeline's (a further pass of an upsampled source
+            // in the same epoch) or another pipeline's over the same source.
             pb::CacheMode::Compute
         } else {
-            entry.writing.insert(split, lease);
+            entry.writing.insert(entry_split, lease);
             pb::CacheMode::Write
         };
         entry.last_used_ms = entry.last_used_ms.max(now);
@@ -45,6 +56,7 @@ impl State {
         let Some(store) = self.pipelines.get(pipeline).and_then(|p| p.cache.config.store.clone()) else {
             return;
         };
+        let Some((_, split)) = self.entry_split_of(pipeline, split) else { return };
         let entry = self.cache_entries.entry((store, task.fingerprint.clone())).or_default();
         if !entry.complete.contains_key(&split) {
             entry.writing.entry(split).or_insert(lease);
@@ -63,6 +75,7 @@ impl State {
         let Some(store) = self.pipelines.get(pipeline).and_then(|p| p.cache.config.store.clone()) else {
             return;
         };
+        let Some((_, split)) = self.entry_split_of(pipeline, split) else { return };
         if let Some(entry) = self.cache_entries.get_mut(&(store, task.fingerprint.clone()))
             && entry.writing.get(&split) == Some(&lease)
         {
@@ -71,7 +84,8 @@ impl State {
     }
 
     /// Records what the cache did for a completed split (its lease had `task`; `None` for a
-    /// lease from before a restart, which counts against the pipeline's current entry).
+    /// lease from before a restart, which counts against the pipeline's current entry of the
+    /// split's source).
     pub(crate) fn cache_complete(
         &mut self,
         pipeline: &str,
@@ -81,6 +95,7 @@ impl State {
         split: u64,
     ) {
         let outcome = req.cache.clone().unwrap_or_default();
+        let located = self.entry_split_of(pipeline, split);
         let Some(p) = self.pipelines.get_mut(pipeline) else { return };
         let mode = task.map_or(pb::CacheMode::Compute as i32, |t| t.mode);
         let stats = p.cache.stats.entry(epoch).or_default();
@@ -99,12 +114,13 @@ impl State {
         stats.bytes_read += outcome.bytes_read;
         stats.bytes_written += outcome.bytes_written;
         stats.recomputed += outcome.recomputed;
+        let Some((input, split)) = located else { return };
         let key = match (task, &p.cache.config.store) {
             (Some(t), Some(store)) if !t.fingerprint.is_empty() => {
                 Some((store.clone(), t.fingerprint.clone()))
             }
             (Some(_), _) => None,
-            (None, _) => p.cache.entry_key(),
+            (None, _) => p.cache.entry_key(input),
         };
         let Some(key) = key else { return };
         let entry = self.cache_entries.entry(key.clone()).or_default();

@@ -9,10 +9,12 @@ mod leases;
 mod report;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sources;
 
 pub use config::CacheConfig;
 pub use inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
-pub use report::{CACHE_STATES, CacheReport, EpochCache};
+pub use report::{CACHE_STATES, CacheReport, EpochCache, SourceEntry};
 
 use super::{DispatchError, Event, State};
 use granary_crds::CachePolicy;
@@ -27,8 +29,12 @@ pub const PROFILE_WAIT_MS: u64 = 30_000;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Chosen {
     pub(crate) decision: CacheDecision,
-    /// The chosen entry's fingerprint (empty when computing).
+    /// The chosen entry's fingerprint (empty when computing); of the first source for
+    /// `spec.sources`.
     pub(crate) fingerprint: String,
+    /// With `spec.sources`: each source's entry at the chosen cut, in order (empty when
+    /// computing, and for a single source, whose entry is `fingerprint`).
+    pub(crate) sources: Vec<String>,
     /// The chosen cut (0 when computing).
     pub(crate) boundary: usize,
     /// Name of the stage whose output is cached (empty when computing).
@@ -38,12 +44,31 @@ pub(crate) struct Chosen {
 }
 
 impl Chosen {
-    /// The fingerprint of an entry the pipeline writes or reads.
-    pub(crate) fn entry(&self) -> Option<&str> {
-        match self.decision.action {
-            Action::Compute => None,
-            Action::Write { .. } | Action::Read { .. } => Some(&self.fingerprint),
+    /// A decision to compute.
+    fn compute(decision: CacheDecision, epoch: u32) -> Chosen {
+        Chosen {
+            decision,
+            fingerprint: String::new(),
+            sources: Vec::new(),
+            boundary: 0,
+            stage: String::new(),
+            epoch,
         }
+    }
+
+    /// The fingerprints of the entries the pipeline writes or reads: one per source (empty when
+    /// computing).
+    pub(crate) fn entries(&self) -> Vec<&str> {
+        match self.decision.action {
+            Action::Compute => Vec::new(),
+            Action::Write { .. } | Action::Read { .. } if self.sources.is_empty() => vec![&self.fingerprint],
+            Action::Write { .. } | Action::Read { .. } => self.sources.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// The fingerprint of the entry source `input` writes or reads.
+    pub(crate) fn entry_of(&self, input: usize) -> Option<&str> {
+        self.entries().get(input).copied()
     }
 }
 
@@ -70,8 +95,8 @@ pub(crate) struct PipelineCache {
     /// When the state first saw the pipeline wait for a profile.
     pub(crate) waiting_since: Option<u64>,
     pub(crate) stats: BTreeMap<u32, EpochStats>,
-    /// The store was told (once) that the pipeline started reading its entry.
-    pub(crate) touched: bool,
+    /// Entries the store was told (once each) that the pipeline started reading.
+    pub(crate) touched: BTreeSet<String>,
 }
 
 impl PipelineCache {
@@ -82,7 +107,7 @@ impl PipelineCache {
             decision: None,
             waiting_since: None,
             stats: BTreeMap::new(),
-            touched: false,
+            touched: BTreeSet::new(),
         }
     }
 
@@ -92,11 +117,20 @@ impl PipelineCache {
         self.config.policy != CachePolicy::Never && self.decision.is_none()
     }
 
-    /// The store and fingerprint of the entry the pipeline writes or reads.
-    pub(crate) fn entry_key(&self) -> Option<EntryKey> {
+    /// The store and fingerprint of the entry source `input` (0 for a single source) writes
+    /// or reads.
+    pub(crate) fn entry_key(&self, input: usize) -> Option<EntryKey> {
         let store = self.config.store.as_ref()?;
-        let fp = self.decision.as_ref()?.entry()?;
+        let fp = self.decision.as_ref()?.entry_of(input)?;
         Some((store.clone(), fp.to_string()))
+    }
+
+    /// The fingerprints of every entry the pipeline writes or reads (one per source).
+    pub(crate) fn entries(&self) -> Vec<String> {
+        self.decision
+            .as_ref()
+            .map(|c| c.entries().into_iter().map(str::to_string).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -176,6 +210,16 @@ fn valid_fingerprint(fp: &str) -> bool {
     fp.len() == 64 && fp.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The entries of a measured cut: one per source, in order (`fingerprint` alone from a single
+/// source, or from a worker that reports no `source_fingerprints`).
+pub(crate) fn boundary_entries(b: &pb::CacheBoundary) -> Vec<&str> {
+    if b.source_fingerprints.is_empty() {
+        vec![&b.fingerprint]
+    } else {
+        b.source_fingerprints.iter().map(String::as_str).collect()
+    }
+}
+
 impl State {
     /// A worker's cache profile for `pipeline`, with the entries' splits already complete in
     /// the store (per fingerprint: split → stored bytes). Decides where (and whether) the
@@ -196,11 +240,24 @@ impl State {
                 p.generation
             )));
         }
-        if let Some(bad) = profile.boundaries.iter().find(|b| !valid_fingerprint(&b.fingerprint)) {
-            return Err(DispatchError::InvalidArgument(format!(
-                "cache boundary {} (`{}`) has fingerprint `{}`; expected 64 hex digits",
-                bad.index, bad.stage, bad.fingerprint
-            )));
+        for b in &profile.boundaries {
+            let fingerprints = std::iter::once(b.fingerprint.as_str()).chain(boundary_entries(b));
+            if let Some(bad) = fingerprints.into_iter().find(|fp| !valid_fingerprint(fp)) {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "cache boundary {} (`{}`) has fingerprint `{bad}`; expected 64 hex digits",
+                    b.index, b.stage
+                )));
+            }
+            let entries = boundary_entries(b).len();
+            if entries != p.facts.inputs() {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "cache boundary {} (`{}`) has {entries} source entries but `{pipeline}` reads {} \
+                     sources; the worker runs another spec, measure again",
+                    b.index,
+                    b.stage,
+                    p.facts.inputs()
+                )));
+            }
         }
         if !p.cache.wants_profile() {
             tracing::debug!(
@@ -233,21 +290,9 @@ impl State {
     fn choose(&self, name: &str, profile: &pb::CacheProfile) -> Chosen {
         let epoch = self.decision_epoch(name);
         let Some(p) = self.pipelines.get(name) else {
-            return Chosen {
-                decision: decided_compute("the pipeline is gone".into(), 0.0),
-                fingerprint: String::new(),
-                boundary: 0,
-                stage: String::new(),
-                epoch,
-            };
+            return Chosen::compute(decided_compute("the pipeline is gone".into(), 0.0), epoch);
         };
-        let compute = |reason: String, rate: f64| Chosen {
-            decision: decided_compute(reason, rate),
-            fingerprint: String::new(),
-            boundary: 0,
-            stage: String::new(),
-            epoch,
-        };
+        let compute = |reason: String, rate: f64| Chosen::compute(decided_compute(reason, rate), epoch);
         let inputs = inputs::inputs(self, name, profile);
         let rate = if inputs.compute_s_per_element > 0.0 {
             inputs.cores / inputs.compute_s_per_element
@@ -286,21 +331,19 @@ impl State {
         };
         let decision = sanitize(decision);
         let cut = match decision.action {
-            Action::Compute => {
-                return Chosen {
-                    decision,
-                    fingerprint: String::new(),
-                    boundary: 0,
-                    stage: String::new(),
-                    epoch,
-                };
-            }
+            Action::Compute => return Chosen::compute(decision, epoch),
             Action::Write { boundary } | Action::Read { boundary } => boundary,
         };
         match profile.boundaries.iter().find(|b| b.index as usize == cut) {
             Some(b) => Chosen {
                 decision,
                 fingerprint: b.fingerprint.clone(),
+                // A single source's entry is `fingerprint`; the journal keeps its old shape.
+                sources: if p.facts.mixing.is_some() {
+                    boundary_entries(b).into_iter().map(str::to_string).collect()
+                } else {
+                    Vec::new()
+                },
                 boundary: cut,
                 stage: b.stage.clone(),
                 epoch,
@@ -333,6 +376,7 @@ impl State {
             generation: p.generation,
             decision: chosen.decision.clone(),
             fingerprint: chosen.fingerprint.clone(),
+            sources: chosen.sources.clone(),
             boundary: chosen.boundary,
             stage: chosen.stage.clone(),
             epoch: chosen.epoch,
@@ -354,14 +398,7 @@ impl State {
             return;
         }
         let reason = format!("computing: no cache profile arrived within {} s", PROFILE_WAIT_MS / 1000);
-        let chosen = Chosen {
-            decision: decided_compute(reason, 0.0),
-            fingerprint: String::new(),
-            boundary: 0,
-            stage: String::new(),
-            epoch,
-        };
-        self.record_decision(name, chosen);
+        self.record_decision(name, Chosen::compute(decided_compute(reason, 0.0), epoch));
     }
 
     /// Starts the profile wait of every caching pipeline that has none yet.
@@ -380,7 +417,7 @@ impl State {
 
     /// Whether some pipeline writes or reads a cache entry.
     pub fn caching(&self) -> bool {
-        self.pipelines.values().any(|p| p.cache.entry_key().is_some())
+        self.pipelines.values().any(|p| p.cache.config.store.is_some() && !p.cache.entries().is_empty())
     }
 
     /// Every cache store a pipeline uses, with what eviction there must respect.
@@ -407,10 +444,8 @@ impl State {
                 && p.jobs
                     .values()
                     .all(|j| !j.consumers.is_empty() && j.consumers.values().all(|c| c.finished));
-            if let Some((_, fp)) = p.cache.entry_key()
-                && !finished
-            {
-                store.in_use.insert(fp);
+            if !finished {
+                store.in_use.extend(p.cache.entries());
             }
         }
         stores.into_values().collect()

@@ -17,8 +17,13 @@ pub struct CacheReport {
     pub decision: Option<CacheDecision>,
     /// Name of the stage whose output is cached, when writing or reading.
     pub stage: Option<String>,
-    /// The entry's fingerprint, when writing or reading.
+    /// The entry's fingerprint, when writing or reading (the first source's, for
+    /// `spec.sources`).
     pub fingerprint: Option<String>,
+    /// With `spec.sources`, when writing or reading: each source's entry, in order. Each is the
+    /// entry a single-source pipeline reading that source with the same stages uses.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceEntry>,
     /// What the cache did in each epoch that completed splits.
     pub epochs: Vec<EpochCache>,
 }
@@ -46,6 +51,15 @@ impl CacheReport {
     pub fn fallbacks(&self) -> u64 {
         self.epochs.iter().map(|e| e.splits_bad + e.splits_read_failed).sum()
     }
+}
+
+/// One source's cache entry, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SourceEntry {
+    /// The source's name in `spec.sources`.
+    pub name: String,
+    /// Its entry's fingerprint.
+    pub fingerprint: String,
 }
 
 /// Every state [`CacheReport::state`] may answer.
@@ -119,7 +133,21 @@ impl State {
         let p = self.pipelines.get(pipeline)?;
         let config = &p.cache.config;
         let chosen = p.cache.decision.as_ref();
-        let entry = chosen.and_then(|c| c.entry().map(|fp| (c.stage.clone(), fp.to_string())));
+        let entry = chosen.and_then(|c| c.entry_of(0).map(|fp| (c.stage.clone(), fp.to_string())));
+        let names = p.facts.mixing.as_ref().map(|m| m.names.clone()).unwrap_or_default();
+        let sources = chosen
+            .filter(|c| !c.sources.is_empty())
+            .map(|c| {
+                c.entries()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, fp)| SourceEntry {
+                        name: names.get(i).cloned().unwrap_or_else(|| format!("sources[{i}]")),
+                        fingerprint: fp.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let epochs = p
             .cache
             .stats
@@ -148,6 +176,7 @@ impl State {
             decision: chosen.map(|c| c.decision.clone()),
             stage: entry.as_ref().map(|e| e.0.clone()),
             fingerprint: entry.map(|e| e.1),
+            sources,
             epochs,
         })
     }

@@ -6,13 +6,13 @@ use crate::state::*;
 use granary_policies::caching::Action;
 use granary_proto::v1 as pb;
 
-const STORE: &str = "file:///tmp/granary-cache-test/";
+pub(super) const STORE: &str = "file:///tmp/granary-cache-test/";
 
-fn fp(n: u8) -> String {
+pub(super) fn fp(n: u8) -> String {
     format!("{:064x}", u64::from(n) + 0xabc0)
 }
 
-fn manifest(policy: &str) -> String {
+pub(super) fn manifest(policy: &str) -> String {
     let at = if policy == "at" { r#","at":"small""# } else { "" };
     format!(
         r#"{{"spec":{{"stages":[{{"op":"image.decode"}},{{"op":"image.resize","name":"small"}},{{"op":"image.flip"}}],
@@ -21,7 +21,7 @@ fn manifest(policy: &str) -> String {
     )
 }
 
-fn facts(policy: &str, splits: usize, epochs: u32) -> PipelineFacts {
+pub(super) fn facts(policy: &str, splits: usize, epochs: u32) -> PipelineFacts {
     PipelineFacts {
         manifest_json: manifest(policy),
         base_dir: "/".into(),
@@ -36,7 +36,7 @@ fn facts(policy: &str, splits: usize, epochs: u32) -> PipelineFacts {
     }
 }
 
-fn profile() -> pb::CacheProfile {
+pub(super) fn profile() -> pb::CacheProfile {
     let boundary = |index: u32, stage: &str| pb::CacheBoundary {
         index,
         stage: stage.into(),
@@ -46,6 +46,7 @@ fn profile() -> pb::CacheProfile {
         bytes_per_element: 1000.0,
         encode_seconds_per_element: 0.0001,
         decode_seconds_per_element: 0.0001,
+        source_fingerprints: Vec::new(),
     };
     pb::CacheProfile {
         compute_seconds_per_element: 0.004,
@@ -59,13 +60,13 @@ fn profile() -> pb::CacheProfile {
 }
 
 /// A state with pipeline `name` (policy `at` unless told), one consumer and one worker.
-fn setup(s: &mut State, name: &str, policy: &str, splits: usize, epochs: u32) -> String {
+pub(super) fn setup(s: &mut State, name: &str, policy: &str, splits: usize, epochs: u32) -> String {
     s.register_pipeline(name, facts(policy, splits, epochs)).unwrap();
     join(s, name);
     worker(s, name)
 }
 
-fn join(s: &mut State, name: &str) {
+pub(super) fn join(s: &mut State, name: &str) {
     let req = pb::RegisterClientRequest {
         pipeline: name.into(),
         num_consumers: 1,
@@ -75,7 +76,7 @@ fn join(s: &mut State, name: &str) {
     s.register_client(&req, 0).unwrap();
 }
 
-fn worker(s: &mut State, name: &str) -> String {
+pub(super) fn worker(s: &mut State, name: &str) -> String {
     let req = pb::RegisterWorkerRequest {
         address: "127.0.0.1:1".into(),
         pipeline: name.into(),
@@ -89,26 +90,26 @@ fn decide(s: &mut State, name: &str) -> Option<granary_policies::caching::CacheD
     s.cache_profile(name, generation, profile(), BTreeMap::new(), 0).unwrap()
 }
 
-fn mode(lease: &pb::Lease) -> pb::CacheMode {
+pub(super) fn mode(lease: &pb::Lease) -> pb::CacheMode {
     let task = lease.cache.as_ref().unwrap();
     pb::CacheMode::try_from(task.mode).unwrap()
 }
 
-fn finish(s: &mut State, lease: &pb::Lease, outcome: pb::CacheOutcome) {
+pub(super) fn finish(s: &mut State, lease: &pb::Lease, outcome: pb::CacheOutcome) {
     let req = pb::CompleteSplitRequest { cache: Some(outcome), ..crate::state::tests::completion(lease) };
     s.complete(&req).unwrap();
 }
 
-fn written(bytes: u64) -> pb::CacheOutcome {
+pub(super) fn written(bytes: u64) -> pb::CacheOutcome {
     pb::CacheOutcome { bytes_written: bytes, written: true, ..Default::default() }
 }
 
-fn read(bytes: u64) -> pb::CacheOutcome {
+pub(super) fn read(bytes: u64) -> pb::CacheOutcome {
     pb::CacheOutcome { bytes_read: bytes, ..Default::default() }
 }
 
 /// Leases every split the worker gets now, completing each as `outcome` says.
-fn drain(
+pub(super) fn drain(
     s: &mut State,
     w: &str,
     now: u64,
@@ -124,7 +125,7 @@ fn drain(
 }
 
 /// Completes with what the task asks: written for a write, read for a read.
-fn as_asked(l: &pb::Lease) -> pb::CacheOutcome {
+pub(super) fn as_asked(l: &pb::Lease) -> pb::CacheOutcome {
     match mode(l) {
         pb::CacheMode::Write => written(100 + l.split),
         pb::CacheMode::Read => read(100 + l.split),
