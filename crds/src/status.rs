@@ -64,9 +64,14 @@ pub struct CacheStatus {
     /// Stage whose output is cached, when writing or reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
-    /// Fingerprint of the cache entry, when writing or reading.
+    /// Fingerprint of the cache entry, when writing or reading (the first source's, with
+    /// `spec.sources`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
+    /// With `spec.sources`, when writing or reading: each source's entry, in order. A source's
+    /// entry is the one a single-source pipeline reading it with the same stages uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceCacheEntry>,
     /// Entry bytes read so far, as stored.
     #[serde(default)]
     pub bytes_read: u64,
@@ -96,4 +101,14 @@ pub struct PipelineCondition {
     /// When the status last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+}
+
+/// One source's cache entry in `status.cache.sources`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceCacheEntry {
+    /// The source's name in `spec.sources`.
+    pub name: String,
+    /// Fingerprint of its entry.
+    pub entry: String,
 }

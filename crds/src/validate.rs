@@ -52,15 +52,8 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
         check_scaling(scaling, &mut problems);
     }
     if let Some(cache) = &spec.cache {
-        if spec.is_mixed() {
-            problems.push(Problem::new(
-                "spec.cache",
-                "is not supported with `spec.sources` yet (each source would need its own entries); \
-                 remove `cache`, or cache each dataset in a pipeline of its own",
-            ));
-        } else {
-            check_cache(cache, &spec.stages, &mut problems);
-        }
+        // With `spec.sources` each source has entries of its own; the checks are the same.
+        check_cache(cache, &spec.stages, &mut problems);
     }
     if let Some(workers) = &spec.workers {
         workers.check(&mut problems);

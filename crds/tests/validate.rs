@@ -137,6 +137,34 @@ fn cache_rules() {
 }
 
 #[test]
+fn cache_with_mixed_sources_is_checked_as_with_one_source() {
+    let mut s = spec();
+    let source = s.source.take().unwrap();
+    s.sources = ["web", "code"]
+        .into_iter()
+        .map(|name| granary_crds::WeightedSource {
+            name: name.into(),
+            weight: 1.0,
+            source: SourceSpec { url: format!("s3://bucket/{name}/"), ..source.clone() },
+        })
+        .collect();
+    let cache = |at: &str| CacheSpec {
+        policy: CachePolicy::At,
+        at: Some(at.into()),
+        store: Some("s3://b/cache/".into()),
+        ..Default::default()
+    };
+    // Each source gets entries of its own: caching mixed sources is legal.
+    s.cache = Some(cache("image.resize"));
+    assert_eq!(validate(&s), vec![]);
+    // And refused for the same reasons, with the same fields, as for one source.
+    s.cache = Some(cache("image.normalize"));
+    assert_eq!(paths(&validate(&s)), ["spec.cache.at"]);
+    s.cache = Some(CacheSpec::default());
+    assert_eq!(paths(&validate(&s)), ["spec.cache.store"]);
+}
+
+#[test]
 fn stage_flow() {
     let mut s = spec();
     s.stages.insert(0, stage("image.flip", serde_json::json!({})));

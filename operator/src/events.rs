@@ -72,15 +72,21 @@ pub fn new_scalings(report: &ScalingReport, published: u64) -> (Vec<Note>, u64) 
 pub fn new_cache_decision(report: Option<&CacheReport>, published: Option<&str>) -> Option<(Note, String)> {
     let report = report?;
     let decision = report.decision.as_ref()?;
-    let key = format!("{:?}/{}", decision.action, report.fingerprint.as_deref().unwrap_or(""));
+    let mut key = format!("{:?}/{}", decision.action, report.fingerprint.as_deref().unwrap_or(""));
+    for s in report.sources.iter().skip(1) {
+        key.push_str(&format!(",{}", s.fingerprint));
+    }
     if published == Some(key.as_str()) {
         return None;
     }
+    let short = |fp: &str| fp.get(..12).unwrap_or(fp).to_string();
     let what = match (&report.stage, &report.fingerprint) {
-        (Some(stage), Some(entry)) => {
-            let short = entry.get(..12).unwrap_or(entry);
-            format!("cache the output of `{stage}` (entry {short})")
+        (Some(stage), Some(_)) if !report.sources.is_empty() => {
+            let entries: Vec<String> =
+                report.sources.iter().map(|s| format!("{} {}", s.name, short(&s.fingerprint))).collect();
+            format!("cache the output of `{stage}` (one entry per source: {})", entries.join(", "))
         }
+        (Some(stage), Some(entry)) => format!("cache the output of `{stage}` (entry {})", short(entry)),
         _ => "compute every stage, cache nothing".to_string(),
     };
     Some((Note::normal("CacheDecided", format!("{what}: {}", decision.reason)), key))

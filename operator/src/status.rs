@@ -2,7 +2,7 @@
 //! the dispatcher could register it, the worker Deployment's counts, the dispatcher's progress
 //! and metrics, the autoscaler's latest reason and the autocacher's decision.
 
-use granary_crds::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase};
+use granary_crds::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase, SourceCacheEntry};
 use granary_dispatcher::autoscaler::ScalingReport;
 use granary_dispatcher::{CacheReport, JobProgress, MetricsSnapshot};
 
@@ -76,6 +76,11 @@ pub fn cache_status(report: Option<&CacheReport>) -> CacheStatus {
         state: state.into(),
         stage: report.stage.clone(),
         entry: report.fingerprint.clone(),
+        sources: report
+            .sources
+            .iter()
+            .map(|s| SourceCacheEntry { name: s.name.clone(), entry: s.fingerprint.clone() })
+            .collect(),
         bytes_read,
         bytes_written,
         reason: report.decision.as_ref().map(|d| d.reason.clone()),
