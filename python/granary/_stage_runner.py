@@ -9,7 +9,8 @@ stages' functions and arguments, the folders to import from); the runner imports
 once and answers with what it found (JSON). Then each call frame names a stage and the fields of
 one element (or a group of elements), which lie in the shared memory; the runner calls the
 function and writes what it returned after the inputs, or answers with the error and its
-traceback. Input arrays are views of the shared memory, valid until the function returns. A
+traceback. A call on several elements of an element-wise stage (op 2) runs the function once per
+element, in order, and answers with each call's reply: one round trip carries a group. Input arrays are views of the shared memory, valid until the function returns. A
 filter's function answers with one decision per element (status 3: a u32 count and one byte per
 element, 1 to keep it), and its elements stay in the worker as they were.
 """
@@ -333,7 +334,7 @@ def write_result(result, inputs, origins, shared, out_offset, n):
             whole[at : at + data.nbytes] = data.reshape(-1).view(np.uint8)
         else:
             shared.mm[at : at + len(data)] = data
-    return b"".join([b"\x00", U64.pack(shared.size), U16.pack(len(heads))] + heads)
+    return b"".join([b"\x00", U64.pack(shared.size), U16.pack(len(heads))] + heads), cursor
 
 
 def decisions(result, n):
@@ -379,8 +380,40 @@ def user_traceback(e):
     return "".join(traceback.format_exception(type(e), e, tb)).rstrip()
 
 
+def seeded(seed):
+    global RNG
+    if RNG is None:
+        RNG = Rng()
+    return RNG.seeded(seed)
+
+
+def apply(stage, fields, origins, shared, out_offset, group, seed, keys):
+    """Calls the stage's function on `fields` and encodes its answer (a reply body); returns it
+    with where the next outputs may start, and whether the call failed."""
+    extra = {}
+    if stage.takes_rng:
+        extra["rng"] = seeded(seed)
+    if stage.takes_key:
+        if stage.batched:
+            extra["keys"] = keys
+        else:
+            extra["key"] = keys[0]
+    try:
+        result = stage.fn(fields, **stage.args, **extra)
+    except Exception as e:  # the user's code: report it, keep serving
+        return error_frame(user_traceback(e)), out_offset, True
+    try:
+        if stage.filter:
+            return decisions(result, group), out_offset, False
+        reply, cursor = write_result(result, fields, origins, shared, out_offset, group)
+        return reply, cursor, False
+    except ReturnError as e:
+        return error_frame(f"`{stage.function}` {e}", raised=False), out_offset, True
+
+
 def call(stage, body, shared):
-    op, _, flags, seed, size, out_offset, n = CALL.unpack_from(body, 0)
+    """A call on one element, or on a group when the stage is batched (op 1)."""
+    _, _, _, seed, size, out_offset, n = CALL.unpack_from(body, 0)
     shared.map_to(size)
     at = CALL.size
     keys = []
@@ -394,27 +427,33 @@ def call(stage, body, shared):
     group = n if stage.batched else None
     origins = {}
     fields, at = read_fields(body, at, count, shared, group, origins)
-    extra = {}
-    if stage.takes_rng:
-        global RNG
-        if RNG is None:
-            RNG = Rng()
-        extra["rng"] = RNG.seeded(seed)
-    if stage.takes_key:
-        if stage.batched:
-            extra["keys"] = keys
-        else:
-            extra["key"] = keys[0]
-    try:
-        result = stage.fn(fields, **stage.args, **extra)
-    except Exception as e:  # the user's code: report it, keep serving
-        return error_frame(user_traceback(e))
-    try:
-        if stage.filter:
-            return decisions(result, group)
-        return write_result(result, fields, origins, shared, out_offset, group)
-    except ReturnError as e:
-        return error_frame(f"`{stage.function}` {e}", raised=False)
+    return apply(stage, fields, origins, shared, out_offset, group, seed, keys)[0]
+
+
+def call_each(stage, body, shared):
+    """A call of an element-wise stage on several elements (op 2): the function runs once per
+    element, in order, each with its own seed; the reply holds each call's reply and stops after
+    the first that failed. Outputs follow one another after the inputs."""
+    _, _, _, _, size, out_offset, n = CALL.unpack_from(body, 0)
+    shared.map_to(size)
+    at = CALL.size
+    replies = []
+    for _ in range(n):
+        (seed,) = U64.unpack_from(body, at)
+        (length,) = U32.unpack_from(body, at + 8)
+        at += 12
+        key = body[at : at + length].decode()
+        at += length
+        (count,) = U16.unpack_from(body, at)
+        at += 2
+        origins = {}
+        fields, at = read_fields(body, at, count, shared, None, origins)
+        reply, out_offset, failed = apply(stage, fields, origins, shared, out_offset, None, seed, [key])
+        replies.append(U32.pack(len(reply)))
+        replies.append(reply)
+        if failed:
+            break
+    return b"".join([b"\x04", U64.pack(shared.size), U32.pack(len(replies) // 2)] + replies)
 
 
 def main():
@@ -452,7 +491,8 @@ def main():
         try:
             body = conn.recv()
             (stage,) = U16.unpack_from(body, 1)
-            conn.send(call(stages[stage], body, shared))
+            run = call_each if body[0] == 2 else call
+            conn.send(run(stages[stage], body, shared))
         except (EOFError, ConnectionError):
             return  # the worker is gone (it ended, or was killed): so is this runner
 

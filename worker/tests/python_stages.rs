@@ -312,3 +312,82 @@ fn a_python_filter_that_raises_or_returns_too_few_decisions_names_the_stage_and_
     let message = error_of(&m, &python);
     assert!(message.contains("returned 1 decisions for a group of 4"), "{message}");
 }
+
+/// Elements with a small image each, keyed `e0`, `e1`, ….
+fn small_images(n: usize) -> Vec<granary_worker::Element> {
+    (0..n)
+        .map(|i| {
+            let mut e = granary_worker::Element::new(format!("e{i}"));
+            let pixels: Vec<u8> = (0..4 * 5 * 3).map(|p| (p * 7 + i * 13) as u8).collect();
+            let image =
+                granary_worker::Tensor::new(vec![4, 5, 3], granary_worker::TensorData::U8(pixels)).unwrap();
+            e.set("image", granary_worker::Value::Tensor(image));
+            e
+        })
+        .collect()
+}
+
+#[test]
+fn a_gathered_call_computes_what_one_call_per_element_does() {
+    use granary_worker::ops::Operator;
+    use granary_worker::ops::python::PythonStages;
+    use granary_worker::seed::SeededRng;
+    let Some(python) = python() else { return };
+    let call = granary_crds::ops::PythonCall {
+        function: "stages:jitter".into(),
+        batched: false,
+        args: serde_json::Map::new(),
+        role: granary_crds::ops::PythonRole::Map,
+    };
+    let interpreter = Interpreter::find(Some(&python)).unwrap();
+    let paths = vec![fixtures().display().to_string()];
+    let stages = PythonStages::start(interpreter, vec![call.clone()], paths, 1).unwrap();
+    let op = stages.op(&call).unwrap();
+    assert!(op.gathers(), "an element-wise function gathers its calls");
+    let streams = || (0..5u64).map(|i| SeededRng::for_element(3, 1, 2, i)).collect::<Vec<_>>();
+
+    let mut one_by_one = small_images(5);
+    for (e, mut rng) in one_by_one.iter_mut().zip(streams()) {
+        op.apply(e, &mut rng).unwrap();
+    }
+    let mut gathered = small_images(5);
+    let mut rngs = streams();
+    let mut refs: Vec<&mut SeededRng> = rngs.iter_mut().collect();
+    let fates = op.run_each(&mut gathered, &mut refs).unwrap();
+    assert_eq!(fates.len(), 5);
+    assert_eq!(gathered, one_by_one);
+    assert_ne!(gathered[0].get("noise"), gathered[1].get("noise"), "each element has its own stream");
+}
+
+#[test]
+fn a_gathered_call_that_raises_names_the_element_and_keeps_the_ones_before() {
+    use granary_worker::ops::Operator;
+    use granary_worker::ops::python::PythonStages;
+    use granary_worker::seed::SeededRng;
+    let Some(python) = python() else { return };
+    let call = granary_crds::ops::PythonCall {
+        function: "stages:boom".into(),
+        batched: false,
+        args: serde_json::Map::new(),
+        role: granary_crds::ops::PythonRole::Map,
+    };
+    let interpreter = Interpreter::find(Some(&python)).unwrap();
+    let stages =
+        PythonStages::start(interpreter, vec![call.clone()], vec![fixtures().display().to_string()], 1)
+            .unwrap();
+    let op = stages.op(&call).unwrap();
+    let mut elements = small_images(6);
+    for (i, e) in elements.iter_mut().enumerate() {
+        e.key = format!("{i}.jpg");
+    }
+    let mut rngs: Vec<SeededRng> = (0..6).map(|i| SeededRng::for_element(0, 0, 0, i)).collect();
+    let mut refs: Vec<&mut SeededRng> = rngs.iter_mut().collect();
+    let (at, error) = op.run_each(&mut elements, &mut refs).err().unwrap();
+    assert_eq!(at, 3, "{error}");
+    assert!(error.0.contains("ValueError: cannot augment 3.jpg"), "{error}");
+    // The runner still serves: the next call works.
+    let mut rest = small_images(2);
+    let mut rngs: Vec<SeededRng> = (0..2).map(|i| SeededRng::for_element(0, 0, 0, i)).collect();
+    let mut refs: Vec<&mut SeededRng> = rngs.iter_mut().collect();
+    assert_eq!(op.run_each(&mut rest, &mut refs).unwrap().len(), 2);
+}

@@ -2,7 +2,10 @@
 //! `batched: true`), the reader hands a compute thread the consecutive elements of a split whose
 //! indices fall in one block of `batch.size` (elements `[k·B, (k+1)·B)`), and the thread runs
 //! every stage over the group: element-wise stages one element at a time, batched stages on all
-//! members that reached them. Blocks are fixed by index, so a recomputed split, or one read
+//! members that reached them. An element-wise stage that gathers its calls (an element-wise
+//! `python.map`) takes all members that reached it in one call too, each with its own stream,
+//! so its output is that of one call per element; without a batched stage, its groups are
+//! blocks of [`super::GATHER`]. Blocks are fixed by index, so a recomputed split, or one read
 //! partly from the cache, forms the same groups, and the batched stage's random stream belongs
 //! to the block: output does not depend on threads or timing.
 //!
@@ -52,8 +55,9 @@ pub(super) fn run(
             kept: true,
         })
         .collect();
-    let batched: Vec<usize> = (0..n).filter(|&i| plan.stages[i].op.batched()).collect();
-    for &b in &batched {
+    let grouped: Vec<usize> =
+        (0..n).filter(|&i| plan.stages[i].op.batched() || plan.stages[i].op.gathers()).collect();
+    for &b in &grouped {
         for (member, p) in members.iter_mut().zip(&mut progress) {
             if p.kept && p.at <= b {
                 advance(plan, member, p, b, times)?;
@@ -62,6 +66,11 @@ pub(super) fn run(
         let takers: Vec<usize> =
             (0..members.len()).filter(|&i| progress[i].kept && progress[i].at == b).collect();
         let Some(&first) = takers.first() else { continue };
+        let stage = &plan.stages[b];
+        if !stage.op.batched() {
+            gather(plan, b, &takers, members, &mut progress, times)?;
+            continue;
+        }
         let mut elements: Vec<_> = takers
             .iter()
             .map(|&i| std::mem::replace(&mut members[i].element, crate::Element::new("")))
@@ -69,7 +78,6 @@ pub(super) fn run(
         let block = members[first].index / plan.batch_size.max(1) as u64;
         let mut rng =
             SeededRng::new(plan.seed, Stream::Group, &[u64::from(task.epoch), split_id, block, b as u64]);
-        let stage = &plan.stages[b];
         let started = Instant::now();
         let result = stage.op.run_group(&mut elements, &mut rng);
         times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -107,6 +115,56 @@ pub(super) fn run(
         .into_iter()
         .map(|p| Ran { fate: if p.kept { Fate::Keep } else { Fate::Drop }, record: p.record })
         .collect())
+}
+
+/// Runs element-wise stage `b`, which gathers its calls, on the members `takers` in one call,
+/// each with its own stream; a member it drops leaves the group.
+fn gather(
+    plan: &Plan,
+    b: usize,
+    takers: &[usize],
+    members: &mut [Member],
+    progress: &mut [Progress],
+    times: &StageTimes,
+) -> Result<(), ExecError> {
+    let stage = &plan.stages[b];
+    let mut elements: Vec<_> =
+        takers.iter().map(|&i| std::mem::replace(&mut members[i].element, crate::Element::new(""))).collect();
+    let mut rngs: Vec<&mut SeededRng> = progress
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| takers.binary_search(i).is_ok())
+        .map(|(_, p)| &mut p.rng)
+        .collect();
+    let started = Instant::now();
+    let result = stage.op.run_each(&mut elements, &mut rngs);
+    times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let keys: Vec<String> = match &result {
+        Err((at, _)) => elements.get(*at).map(|e| e.key.clone()).into_iter().collect(),
+        Ok(_) => Vec::new(),
+    };
+    for (&i, element) in takers.iter().zip(elements) {
+        members[i].element = element;
+        progress[i].at = b + 1;
+    }
+    let fates = result.map_err(|(_, e)| ExecError::Op {
+        path: stage.path.clone(),
+        stage: stage.name.clone(),
+        key: keys.into_iter().next().unwrap_or_default(),
+        message: e.0,
+    })?;
+    if fates.len() != takers.len() {
+        return Err(ExecError::Internal(format!(
+            "stage {} decided on {} elements of {}",
+            stage.path,
+            fates.len(),
+            takers.len()
+        )));
+    }
+    for (&i, fate) in takers.iter().zip(fates) {
+        progress[i].kept &= fate == Fate::Keep;
+    }
+    Ok(())
 }
 
 /// Applies the element-wise stages from `p.at` up to `to`, taking the cache record on the way;

@@ -75,9 +75,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Elements per group when a stage takes groups (a batched `python.map`): `batch.size`.
+    /// Elements per group when a stage takes groups: `batch.size` for a batched `python.map`,
+    /// else [`GATHER`] when an element-wise stage gathers its calls (any other `python.map`).
     fn group_size(&self) -> Option<usize> {
-        self.stages.iter().any(|s| s.op.batched()).then_some(self.batch_size.max(1))
+        let stages = &self.stages[..self.element_stages()];
+        if stages.iter().any(|s| s.op.batched()) {
+            return Some(self.batch_size.max(1));
+        }
+        stages.iter().any(|s| s.op.gathers()).then_some(GATHER)
     }
 
     /// The stages compute threads run on each element: those before `text.pack`, which the
@@ -95,6 +100,13 @@ impl Plan {
         self.stages.iter().position(|s| s.first == cut)
     }
 }
+
+/// Elements per group for stages that gather element-wise calls ([`Operator::gathers`]): one
+/// round trip to a Python runner per 8 elements costs a few percent of what one per element
+/// does, and a group this small keeps every compute thread busy on small splits.
+///
+/// [`Operator::gathers`]: crate::ops::Operator::gathers
+pub const GATHER: usize = 8;
 
 /// What a task does with the cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

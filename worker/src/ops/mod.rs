@@ -93,6 +93,30 @@ pub trait Operator: Send + Sync {
         Ok(None)
     }
 
+    /// Whether the executor should hand this element-wise stage several consecutive elements of a
+    /// split in one call ([`Operator::run_each`]): a stage with a fixed cost per call (a Python
+    /// stage's round trip to its runner) then pays it once per group. Each element still gets
+    /// its own stream, so the output is the same as one call per element.
+    fn gathers(&self) -> bool {
+        false
+    }
+
+    /// Runs the stage on each of `elements` with its own stream (`rngs[i]` for `elements[i]`),
+    /// as [`Operator::run`] would one at a time, and says which go on. An error carries the
+    /// index of the element it concerns.
+    fn run_each(
+        &self,
+        elements: &mut [Element],
+        rngs: &mut [&mut SeededRng],
+    ) -> Result<Vec<Fate>, (usize, OpError)> {
+        elements
+            .iter_mut()
+            .zip(rngs.iter_mut())
+            .enumerate()
+            .map(|(i, (element, rng))| self.run(element, rng).map_err(|e| (i, e)))
+            .collect()
+    }
+
     /// The split-level packing this stage does, when it is `text.pack`: the executor then feeds
     /// it a split's elements in order and runs the later stages on its rows, rather than calling
     /// [`Operator::run`] per element.

@@ -126,28 +126,88 @@ impl PythonOp {
             Ok(Returned::Kept(kept)) if self.filter => Ok(Some(kept)),
             Ok(_) => {
                 lent.discard();
-                Err(OpError::new(format!(
-                    "the Python process running `{}` answered as for another kind of stage",
-                    self.function
-                )))
+                Err(self.error(CallError::WrongKind, 1))
             }
-            Err(CallError::Raised(traceback)) => {
-                Err(OpError::new(format!("`{}` raised an exception:\n{traceback}", self.function)))
+            Err(error) => {
+                if error.breaks_runner() {
+                    lent.discard();
+                }
+                Err(self.error(error, 1))
             }
-            Err(CallError::Input(e)) => Err(e),
-            Err(CallError::Died(how)) => {
-                lent.discard();
-                Err(OpError::new(format!(
-                    "the Python process running `{}` died: {how}; a new one takes the next call",
-                    self.function
-                )))
+        }
+    }
+}
+
+impl PythonOp {
+    /// Calls an element-wise function on each of `elements` in one round trip, each with a seed
+    /// from its own stream; a map replaces each element's fields, a filter says which to keep.
+    fn call_each(
+        &self,
+        elements: &mut [Element],
+        rngs: &mut [&mut SeededRng],
+    ) -> Result<Vec<Fate>, (usize, OpError)> {
+        let seeds: Option<Vec<u64>> = self.rng.then(|| rngs.iter_mut().map(|r| r.next_u64()).collect());
+        let mut lent = self.runners.checkout().map_err(|e| {
+            (0, OpError::new(format!("cannot start a Python runner for `{}`: {e}", self.function)))
+        })?;
+        let Some(runner) = lent.runner() else {
+            return Err((0, OpError::new("no Python runner is available")));
+        };
+        let returned = match runner.call_each(self.stage, seeds.as_deref(), elements) {
+            Ok(returned) => returned,
+            Err((at, error)) => {
+                let broken = error.breaks_runner();
+                let error = self.error(error, elements.len());
+                if broken {
+                    lent.discard();
+                }
+                return Err((at, error));
             }
-            Err(CallError::Protocol(e)) => {
-                lent.discard();
-                Err(OpError::new(format!(
-                    "the Python process running `{}` broke the protocol: {e}",
-                    self.function
-                )))
+        };
+        let mut fates = Vec::with_capacity(returned.len());
+        for (i, (element, returned)) in elements.iter_mut().zip(returned).enumerate() {
+            fates.push(match returned {
+                Returned::Fields(mut rows) if !self.filter && rows.len() == 1 => {
+                    element.fields = rows.swap_remove(0);
+                    Fate::Keep
+                }
+                Returned::Kept(kept) if self.filter && kept.len() == 1 => {
+                    if kept[0] {
+                        Fate::Keep
+                    } else {
+                        Fate::Drop
+                    }
+                }
+                _ => {
+                    lent.discard();
+                    return Err((i, self.error(CallError::WrongKind, 1)));
+                }
+            });
+        }
+        Ok(fates)
+    }
+
+    /// The stage's error for a call on `count` elements that failed with `error`.
+    fn error(&self, error: CallError, count: usize) -> OpError {
+        let function = &self.function;
+        match error {
+            CallError::Raised(traceback) => {
+                OpError::new(format!("`{function}` raised an exception:\n{traceback}"))
+            }
+            CallError::Input(e) => e,
+            CallError::Died(how) => OpError::new(format!(
+                "the Python process running `{function}` died{}: {how}; a new one takes the next call",
+                if count > 1 {
+                    format!(" during a call on {count} elements, from this one on")
+                } else {
+                    String::new()
+                }
+            )),
+            CallError::WrongKind => OpError::new(format!(
+                "the Python process running `{function}` answered as for another kind of stage"
+            )),
+            CallError::Protocol(e) => {
+                OpError::new(format!("the Python process running `{function}` broke the protocol: {e}"))
             }
         }
     }
@@ -169,6 +229,20 @@ impl Operator for PythonOp {
 
     fn batched(&self) -> bool {
         self.batched
+    }
+
+    /// Element-wise functions take groups too, one round trip for all, each element with its
+    /// own seed.
+    fn gathers(&self) -> bool {
+        !self.batched
+    }
+
+    fn run_each(
+        &self,
+        elements: &mut [Element],
+        rngs: &mut [&mut SeededRng],
+    ) -> Result<Vec<Fate>, (usize, OpError)> {
+        self.call_each(elements, rngs)
     }
 
     fn apply_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<(), OpError> {

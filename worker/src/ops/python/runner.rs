@@ -222,6 +222,66 @@ impl Runner {
         result
     }
 
+    /// Calls element-wise stage `stage` on each of `elements` in one round trip (`seeds`: one
+    /// per element when the function takes `rng`) and returns what each call returned, in order.
+    /// `Err` carries the index of the element whose call failed, with why (0 when the whole
+    /// call failed: the runner died, or answered something unreadable).
+    pub fn call_each(
+        &mut self,
+        stage: u16,
+        seeds: Option<&[u64]>,
+        elements: &mut [Element],
+    ) -> Result<Vec<Returned>, (usize, CallError)> {
+        wire::encode_each(stage, seeds, elements, &mut self.frame, &mut self.shm)
+            .map_err(|e| (0, CallError::Input(e)))?;
+        let frame = std::mem::take(&mut self.frame);
+        let sent = self.send(&frame);
+        self.frame = frame;
+        if let Err(e) = sent.and_then(|()| self.receive().map(|_| ())) {
+            return Err((0, CallError::Died(self.died(&e))));
+        }
+        let reply = std::mem::take(&mut self.reply);
+        let result = self.decode_each(&reply, elements);
+        self.reply = reply;
+        result
+    }
+
+    fn decode_each(
+        &mut self,
+        reply: &[u8],
+        elements: &mut [Element],
+    ) -> Result<Vec<Returned>, (usize, CallError)> {
+        let (shm_size, parts) = wire::decode_each(reply).map_err(|e| (0, CallError::Protocol(e)))?;
+        self.shm
+            .remap(shm_size)
+            .map_err(|e| (0, CallError::Protocol(OpError::new(format!("cannot map the outputs: {e}")))))?;
+        if parts.len() > elements.len() {
+            return Err((
+                0,
+                CallError::Protocol(OpError::new(format!(
+                    "the Python runner answered {} calls of {}",
+                    parts.len(),
+                    elements.len()
+                ))),
+            ));
+        }
+        let answered = parts.len();
+        let mut out = Vec::with_capacity(answered);
+        for (i, (part, element)) in parts.into_iter().zip(elements.iter_mut()).enumerate() {
+            out.push(self.decode(part, std::slice::from_mut(element), false).map_err(|e| (i, e))?);
+        }
+        if answered < elements.len() {
+            return Err((
+                answered,
+                CallError::Protocol(OpError::new(format!(
+                    "the Python runner answered {answered} calls of {} without an error",
+                    elements.len()
+                ))),
+            ));
+        }
+        Ok(out)
+    }
+
     fn decode(
         &mut self,
         reply: &[u8],
@@ -335,6 +395,16 @@ pub enum CallError {
     Input(OpError),
     /// The runner answered something unreadable.
     Protocol(OpError),
+    /// The runner answered a map's call as a filter's, or the other way round.
+    WrongKind,
+}
+
+impl CallError {
+    /// Whether the runner cannot take another call after this (it died, or lost the protocol):
+    /// a new one replaces it.
+    pub fn breaks_runner(&self) -> bool {
+        matches!(self, CallError::Died(_) | CallError::Protocol(_) | CallError::WrongKind)
+    }
 }
 
 /// "exited with status 3", "was killed by signal 11 (SIGSEGV)".

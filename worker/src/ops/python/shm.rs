@@ -48,9 +48,10 @@ impl Shared {
         self.remap(size)
     }
 
-    /// Maps the file again at `size` bytes, after the runner grew it.
+    /// Maps the file again at `size` bytes, after the runner grew it (it never shrinks: a size
+    /// already mapped needs nothing).
     pub fn remap(&mut self, size: usize) -> io::Result<()> {
-        if size == self.len() {
+        if size <= self.len() {
             return Ok(());
         }
         let actual = self.file.metadata()?.len() as usize;

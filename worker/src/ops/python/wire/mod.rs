@@ -7,6 +7,9 @@ use crate::ops::OpError;
 use crate::tensor::{DType, Tensor};
 use bytes::Bytes;
 
+mod each;
+pub use each::{decode_each, encode_each};
+
 const BYTES: u8 = 0;
 const TEXT: u8 = 1;
 const TENSOR: u8 = 2;
@@ -131,22 +134,10 @@ pub fn encode_call(
             names.unwrap_or_default().into_iter().map(|n| stacked(n, elements)).collect::<Result<_, _>>()?
         }
     };
-    let mut offsets = Vec::with_capacity(inputs.len());
-    let mut end = 0usize;
-    for input in &inputs {
-        offsets.push(end);
-        end = (end + input.nbytes()).next_multiple_of(ALIGN);
-    }
+    let (offsets, end) = layout(&inputs, 0);
     // Room for the inputs and, in the common case, for outputs as large as them.
     shm.reserve(end * 2 + ALIGN).map_err(|e| OpError::new(format!("cannot grow the shared memory: {e}")))?;
-    let memory = shm.bytes_mut();
-    for (input, &at) in inputs.iter().zip(&offsets) {
-        let mut cursor = at;
-        for part in &input.parts {
-            memory[cursor..cursor + part.len()].copy_from_slice(part);
-            cursor += part.len();
-        }
-    }
+    put_data(shm.bytes_mut(), &inputs, &offsets);
     frame.clear();
     frame.push(1);
     frame.extend_from_slice(&header.stage.to_le_bytes());
@@ -159,8 +150,37 @@ pub fn encode_call(
         frame.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
         frame.extend_from_slice(e.key.as_bytes());
     }
+    put_fields(frame, &inputs, &offsets, batched);
+    Ok(())
+}
+
+/// Lays out `inputs` one after another from `start`, each at a multiple of [`ALIGN`]: their
+/// offsets, and where the last ends.
+fn layout(inputs: &[Input], start: usize) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::with_capacity(inputs.len());
+    let mut end = start;
+    for input in inputs {
+        offsets.push(end);
+        end = (end + input.nbytes()).next_multiple_of(ALIGN);
+    }
+    (offsets, end)
+}
+
+/// Copies each input's data to its offset in `memory`.
+fn put_data(memory: &mut [u8], inputs: &[Input], offsets: &[usize]) {
+    for (input, &at) in inputs.iter().zip(offsets) {
+        let mut cursor = at;
+        for part in &input.parts {
+            memory[cursor..cursor + part.len()].copy_from_slice(part);
+            cursor += part.len();
+        }
+    }
+}
+
+/// Writes the field descriptors of `inputs` (their data at `offsets`) into `frame`.
+fn put_fields(frame: &mut Vec<u8>, inputs: &[Input], offsets: &[usize], batched: bool) {
     frame.extend_from_slice(&(inputs.len() as u16).to_le_bytes());
-    for (input, &at) in inputs.iter().zip(&offsets) {
+    for (input, &at) in inputs.iter().zip(offsets) {
         frame.extend_from_slice(&(input.name.len() as u16).to_le_bytes());
         frame.extend_from_slice(input.name.as_bytes());
         frame.extend_from_slice(&[input.kind, input.dtype, input.shape.len() as u8]);
@@ -175,7 +195,6 @@ pub fn encode_call(
             }
         }
     }
-    Ok(())
 }
 
 /// What a runner answered.
