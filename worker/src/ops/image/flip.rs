@@ -35,10 +35,15 @@ pub fn mirror_hwc3<T: Copy>(data: &mut [T], width: usize) {
     }
 }
 
-impl Operator for FlipOp {
-    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
-        // Exactly one draw whatever the outcome, so later draws do not depend on it.
-        let flip = rng.uniform() < self.p;
+impl FlipOp {
+    /// Whether this element is mirrored: exactly one draw from `rng` whatever the outcome, so
+    /// later draws do not depend on it.
+    pub fn draw(&self, rng: &mut SeededRng) -> bool {
+        rng.uniform() < self.p
+    }
+
+    /// Mirrors the element's image in place when `flip` is set (after checking it is one).
+    pub fn mirror(&self, element: &mut Element, flip: bool) -> Result<(), OpError> {
         let tensor = hwc_tensor_mut(OP, element, &self.field)?;
         if flip {
             let width = tensor.shape[1];
@@ -50,6 +55,13 @@ impl Operator for FlipOp {
             }
         }
         Ok(())
+    }
+}
+
+impl Operator for FlipOp {
+    fn apply(&self, element: &mut Element, rng: &mut SeededRng) -> Result<(), OpError> {
+        let flip = self.draw(rng);
+        self.mirror(element, flip)
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod crop;
 pub mod decode;
 pub mod flip;
+pub mod flip_normalize;
 pub mod fused;
 pub mod jpeg;
 pub mod normalize;

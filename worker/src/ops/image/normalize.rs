@@ -68,7 +68,7 @@ impl Form {
     }
 
     /// Whether converting to this form leaves the pixels as they are.
-    fn is_identity(&self) -> bool {
+    pub fn is_identity(&self) -> bool {
         self.lut.is_none() && self.layout == Layout::HWC
     }
 }
