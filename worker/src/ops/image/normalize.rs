@@ -10,7 +10,7 @@ use granary_crds::ops::image::{ImageDType, Layout, Normalize};
 
 const OP: &str = "image.normalize";
 
-use granary_kernels::normalize::{self as kernel, interleaved, planar};
+use granary_kernels::normalize::{self as kernel, planar};
 pub use granary_kernels::normalize::{Lut, lut};
 
 /// The final form of an image tensor: element type (with its tables for `float32`) and layout.
@@ -49,8 +49,12 @@ impl Form {
     pub fn emit(&self, src: &[u8], h: usize, w: usize, flip: bool) -> Tensor {
         let data = match (&self.lut, self.layout) {
             (None, Layout::HWC) => {
-                let mut out = Vec::new();
-                interleaved(src, w, flip, |p| *p, &mut out);
+                // The pixels as they are: one copy, then the mirror in place (a per-pixel
+                // iterator chain does not vectorize, and costs several times a copy).
+                let mut out = src.to_vec();
+                if flip {
+                    super::flip::mirror_hwc3(&mut out, w);
+                }
                 TensorData::U8(out)
             }
             (None, Layout::CHW) => {
