@@ -20,12 +20,16 @@
 #   granary     uint8-identity-batched          the identity stage with `batched: true` (one call
 #                                               per 128 elements)
 #   granary     uint8{,-split,-identity,-identity-batched}-t1
-#                                               the same with --threads 1, for the crossing cost
-#                                               per element
+#                                               the same on one core (bound to CPU 0 with
+#                                               taskset), for the crossing cost per element: the
+#                                               Python ones with --threads 1, the others with
+#                                               --threads 2 (the same two compute threads)
 #   granary     burn uint8-t1, uint8-t2         a CPU-bound Python stage (pure-Python loop, ~3 ms
-#                                               per element), --threads 1 then 2
-#   context (CONTEXT=1, default): the Granary jitter recipe with --threads 3 (one compute thread
-#   and runner more than cores), the peers' own DataLoader recipe without jitter
+#                                               per element), --threads 1 on CPU 0, then 2 on
+#                                               CPUs 0 and 1 (a pipeline with Python stages runs
+#                                               one compute thread more than --threads: binding
+#                                               keeps the core counts honest)
+#   context (CONTEXT=1, default): the peers' own DataLoader recipe without jitter
 #   (peers/torch_loader.py) and the DataLoader round trip through NumPy alone
 #   (torch_jitter.py's *-identity configs).
 #
@@ -34,8 +38,8 @@
 #   identity_cost           1 - identity / built-in (share of throughput lost)     target <= 0.10
 #                           (also against the -split control: Python alone);
 #   identity_batched_cost   the same for the batched identity stage
-#   burn_scaling            CPU-bound stage, --threads 2 over --threads 1          target >= 1.7
-#   crossing_us             with --threads 1: 1e6/identity - 1e6/built-in, µs per element (one
+#   burn_scaling            CPU-bound stage, 2 cores over 1                        target >= 1.7
+#   crossing_us             on one core: 1e6/identity - 1e6/built-in, µs per element (one
 #                           core's time per element with the stage, less without it); also
 #                           1e6/identity - 1e6/split (the crossing alone, without the cost of
 #                           leaving the fused operator);
@@ -74,7 +78,7 @@ granary() { # MANIFEST CONFIG-LABEL [granary bench options...]
   local manifest=$1 label=$2
   shift 2
   echo "== granary $manifest ($label) $*" >&2
-  "$GRANARY" bench "$manifest" --json --fast-only --warmup "$WARMUP" --batches "$BATCHES" \
+  ${PIN:+taskset -c "$PIN"} "$GRANARY" bench "$manifest" --json --fast-only --warmup "$WARMUP" --batches "$BATCHES" \
     --set "spec.source.url=file://$DATA/images/train/" --python "$PY" --config "$label" "$@" | tee -a "$RESULTS"
 }
 peer() { # SCRIPT [options...]
@@ -91,13 +95,6 @@ for round in $(seq 1 "$ROUNDS"); do
     granary "bench/python/jitter-$dtype.yaml" "$dtype"
   done
   peer bench/peers/torch_jitter.py --config float32 --config uint8
-  # Context: the same with a third compute thread (and runner) on the 2 cores, so that a core
-  # has work while a thread waits for its runner.
-  if [ "${CONTEXT:-1}" = 1 ]; then
-    for dtype in float32 uint8; do
-      granary "bench/python/jitter-$dtype.yaml" "$dtype-t3" --threads 3
-    done
-  fi
   # 2. What crossing into Python costs, every core: built-in, identity, and the no-Python control.
   for dtype in float32 uint8; do
     granary "bench/imagenet-$dtype.yaml" "$dtype"
@@ -106,14 +103,16 @@ for round in $(seq 1 "$ROUNDS"); do
   done
   # The identity stage with `batched: true` (one call per 128 elements instead of one per element).
   granary bench/python/identity-uint8.yaml uint8-identity-batched --set 'spec.stages[2].batched=true'
-  # 3. The same on one compute thread: the crossing cost per element.
-  granary bench/imagenet-uint8.yaml uint8-t1 --threads 1
-  granary bench/python/split-uint8.yaml uint8-split-t1 --threads 1
-  granary bench/python/identity-uint8.yaml uint8-identity-t1 --threads 1
-  granary bench/python/identity-uint8.yaml uint8-identity-batched-t1 --threads 1 --set 'spec.stages[2].batched=true'
-  # 4. A CPU-bound Python stage on 1, then 2 compute threads.
-  granary bench/python/burn-uint8.yaml uint8-t1 --threads 1
-  granary bench/python/burn-uint8.yaml uint8-t2 --threads 2
+  # 3. The same on one core (the process bound to CPU 0): the crossing cost per element.
+  # The controls run two compute threads on that core, as the Python pipelines do (one more
+  # than --threads), so that the difference is the crossing alone.
+  PIN=0 granary bench/imagenet-uint8.yaml uint8-t1 --threads 2
+  PIN=0 granary bench/python/split-uint8.yaml uint8-split-t1 --threads 2
+  PIN=0 granary bench/python/identity-uint8.yaml uint8-identity-t1 --threads 1
+  PIN=0 granary bench/python/identity-uint8.yaml uint8-identity-batched-t1 --threads 1 --set 'spec.stages[2].batched=true'
+  # 4. A CPU-bound Python stage on 1, then 2 cores (bound to CPU 0, then CPUs 0 and 1).
+  PIN=0 granary bench/python/burn-uint8.yaml uint8-t1 --threads 1
+  PIN=0,1 granary bench/python/burn-uint8.yaml uint8-t2 --threads 2
   # Context: the DataLoader without jitter, and its round trip through NumPy alone.
   if [ "${CONTEXT:-1}" = 1 ]; then
     peer "$PEERS_DIR/peers/torch_loader.py" --config float32 --config uint8
@@ -153,11 +152,6 @@ for dtype in ("float32", "uint8"):
     if g and t:
         out(ratio="granary_vs_dataloader", config=dtype, value=round(g / t, 3), target=">= 1.5",
             met=g / t >= 1.5, granary_items_per_s=g, dataloader_items_per_s=t)
-for dtype in ("float32", "uint8"):
-    g, t = rate(G, JIT, f"{dtype}-t3"), rate(T, JIT, dtype)
-    if g and t:
-        out(ratio="granary_threads3_vs_dataloader", config=dtype, value=round(g / t, 3), granary_items_per_s=g,
-            dataloader_items_per_s=t)
 for dtype in ("float32", "uint8"):
     b, i, s = rate(G, FLIP, dtype), rate(G, FLIP, f"{dtype}-identity"), rate(G, FLIP, f"{dtype}-split")
     if b and i:
