@@ -3,11 +3,12 @@
 //! The worker never links Python. Each engine with Python stages starts one runner process per
 //! compute thread ([`Runners`]), with the interpreter [`Interpreter::find`] picks; each runner
 //! imports every Python stage's function once. A compute thread that reaches a Python stage
-//! borrows a runner, copies the element's fields into the shared memory they both map, and waits
-//! for the function's result, which comes back the same way: the Python processes, not the GIL
-//! of one, bound the parallelism. Stages before and after run in Rust as usual. A filter's
-//! function answers with one decision per element instead of fields, and its elements stay as
-//! they were.
+//! borrows a runner, copies the fields of its elements (a group of consecutive ones: an
+//! element-wise stage gathers its calls, see [`Operator::gathers`]) into the shared memory they
+//! both map, and waits for the function's results, which come back the same way: the Python
+//! processes, not the GIL of one, bound the parallelism. Stages before and after run in Rust as
+//! usual. A filter's function answers with one decision per element instead of fields, and its
+//! elements stay as they were.
 
 pub mod cpu;
 mod interpreter;
