@@ -327,22 +327,28 @@ fn small_images(n: usize) -> Vec<granary_worker::Element> {
         .collect()
 }
 
-#[test]
-fn a_gathered_call_computes_what_one_call_per_element_does() {
-    use granary_worker::ops::Operator;
-    use granary_worker::ops::python::PythonStages;
-    use granary_worker::seed::SeededRng;
-    let Some(python) = python() else { return };
+/// The operator of an element-wise `python.map` of `function` (from the fixtures), with one
+/// runner.
+fn element_wise_op(function: &str, python: &Path) -> granary_worker::ops::python::PythonOp {
     let call = granary_crds::ops::PythonCall {
-        function: "stages:jitter".into(),
+        function: function.into(),
         batched: false,
         args: serde_json::Map::new(),
         role: granary_crds::ops::PythonRole::Map,
     };
-    let interpreter = Interpreter::find(Some(&python)).unwrap();
+    let interpreter = Interpreter::find(Some(python)).unwrap();
     let paths = vec![fixtures().display().to_string()];
-    let stages = PythonStages::start(interpreter, vec![call.clone()], paths, 1).unwrap();
-    let op = stages.op(&call).unwrap();
+    let stages = granary_worker::ops::python::PythonStages::start(interpreter, vec![call.clone()], paths, 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    stages.op(&call).unwrap()
+}
+
+#[test]
+fn a_gathered_call_computes_what_one_call_per_element_does() {
+    use granary_worker::ops::Operator;
+    use granary_worker::seed::SeededRng;
+    let Some(python) = python() else { return };
+    let op = element_wise_op("stages:jitter", &python);
     assert!(op.gathers(), "an element-wise function gathers its calls");
     let streams = || (0..5u64).map(|i| SeededRng::for_element(3, 1, 2, i)).collect::<Vec<_>>();
 
@@ -362,20 +368,9 @@ fn a_gathered_call_computes_what_one_call_per_element_does() {
 #[test]
 fn a_gathered_call_that_raises_names_the_element_and_keeps_the_ones_before() {
     use granary_worker::ops::Operator;
-    use granary_worker::ops::python::PythonStages;
     use granary_worker::seed::SeededRng;
     let Some(python) = python() else { return };
-    let call = granary_crds::ops::PythonCall {
-        function: "stages:boom".into(),
-        batched: false,
-        args: serde_json::Map::new(),
-        role: granary_crds::ops::PythonRole::Map,
-    };
-    let interpreter = Interpreter::find(Some(&python)).unwrap();
-    let stages =
-        PythonStages::start(interpreter, vec![call.clone()], vec![fixtures().display().to_string()], 1)
-            .unwrap();
-    let op = stages.op(&call).unwrap();
+    let op = element_wise_op("stages:boom", &python);
     let mut elements = small_images(6);
     for (i, e) in elements.iter_mut().enumerate() {
         e.key = format!("{i}.jpg");
