@@ -192,6 +192,9 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_im
                 metadata: Some(ObjectMeta { labels: Some(labels(&name)), ..Default::default() }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    // Workers never call the API server: no ServiceAccount token in the pod, so
+                    // a compromised worker holds no credentials for the cluster.
+                    automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(WORKER_GRACE_SECONDS),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
@@ -239,7 +242,7 @@ pub fn service(pipeline: &InputPipeline) -> Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{pipeline, settings};
+    use crate::fixtures::{pipeline, pipeline_with, settings};
 
     #[test]
     fn names_must_fit_a_service_name() {
@@ -288,6 +291,42 @@ mod tests {
         assert_eq!(c.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap().name, "s3-credentials");
         assert_eq!(c.resources, settings().resources);
         assert_eq!(c.image, Some(settings().image), "no python.map stage: the chart's image");
+    }
+
+    #[test]
+    fn worker_pods_mount_no_token_and_pass_the_restricted_pod_security_profile() {
+        let with_code =
+            pipeline_with("ns", "jitter", "uid-3", serde_json::json!({"python": {"configMap": "augment"}}));
+        for p in [pipeline("ns", "imagenet", "uid-1"), with_code] {
+            let d = deployment(&p, &settings(), "ghcr.io/granary-dev/granary-python:0.1.0");
+            let pod = d.spec.unwrap().template.spec.unwrap();
+            assert_eq!(pod.automount_service_account_token, Some(false), "workers need no API token");
+            let pod_context = pod.security_context.clone().unwrap_or_default();
+            assert_eq!(pod_context.seccomp_profile.map(|s| s.type_).as_deref(), Some("RuntimeDefault"));
+            assert!(pod_context.run_as_user.is_some_and(|uid| uid != 0));
+            assert!(pod.host_network.is_none() && pod.host_pid.is_none() && pod.host_ipc.is_none());
+            for volume in pod.volumes.iter().flatten() {
+                assert!(
+                    volume.empty_dir.is_some() || volume.config_map.is_some(),
+                    "{}: a volume type the restricted profile may forbid",
+                    volume.name
+                );
+            }
+            let containers = pod.containers.iter().chain(pod.init_containers.iter().flatten());
+            for c in containers {
+                let sc = c.security_context.clone().unwrap_or_default();
+                assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+                assert_ne!(sc.privileged, Some(true), "{}", c.name);
+                assert!(
+                    sc.run_as_non_root == Some(true) || pod_context.run_as_non_root == Some(true),
+                    "{}: runAsNonRoot",
+                    c.name
+                );
+                let caps = sc.capabilities.unwrap_or_default();
+                assert_eq!(caps.drop, Some(vec!["ALL".to_string()]), "{}", c.name);
+                assert!(caps.add.unwrap_or_default().iter().all(|a| a == "NET_BIND_SERVICE"), "{}", c.name);
+            }
+        }
     }
 
     #[test]
