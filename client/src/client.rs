@@ -131,6 +131,7 @@ impl Client {
             registration.epoch,
             registration.delivered.clone(),
         ));
+        session.set_capability(response.capability.clone());
         let mut assembler = Assembler::new(response.epochs);
         if registration.epoch < response.epochs {
             let plan = dispatcher::fetch_plan(&mut dispatcher, &session, registration.epoch).await?;

@@ -39,6 +39,7 @@ pub(crate) async fn run(
                     streams.fail(response.failed);
                     return;
                 }
+                session.set_capability(response.capability);
                 streams.update(&response.workers);
             }
             Err(status) if status.code() == tonic::Code::NotFound => {
@@ -78,6 +79,7 @@ async fn register_again(dispatcher: &mut Dispatcher, session: &Session, streams:
                 );
             }
             session.set_client_id(response.client_id);
+            session.set_capability(response.capability);
             streams.update(&response.workers);
             true
         }

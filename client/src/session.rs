@@ -44,6 +44,8 @@ pub(crate) struct Session {
     /// The dispatcher address, for messages.
     pub(crate) address: String,
     client_id: Mutex<String>,
+    /// The dispatcher's stream capability (empty when it has authentication off).
+    capability: Mutex<String>,
     progress: Mutex<Progress>,
 }
 
@@ -63,7 +65,13 @@ impl Session {
             finished: false,
             metrics: StepMetrics::new(Instant::now()),
         };
-        Session { consumer, address, client_id: Mutex::new(client_id), progress: Mutex::new(progress) }
+        Session {
+            consumer,
+            address,
+            client_id: Mutex::new(client_id),
+            capability: Mutex::new(String::new()),
+            progress: Mutex::new(progress),
+        }
     }
 
     /// The current dispatcher session id.
@@ -74,6 +82,19 @@ impl Session {
     /// Replaces the session id after registering again.
     pub(crate) fn set_client_id(&self, client_id: String) {
         *self.client_id.lock().unwrap_or_else(PoisonError::into_inner) = client_id;
+    }
+
+    /// The stream capability workers ask for (empty: none).
+    pub(crate) fn capability(&self) -> String {
+        self.capability.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Keeps the capability the dispatcher gave (at registration, renewed by heartbeats); an
+    /// empty one (a dispatcher with authentication off) changes nothing.
+    pub(crate) fn set_capability(&self, capability: String) {
+        if !capability.is_empty() {
+            *self.capability.lock().unwrap_or_else(PoisonError::into_inner) = capability;
+        }
     }
 
     /// The progress, locked.

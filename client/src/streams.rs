@@ -140,6 +140,7 @@ impl WorkerStream {
             job: consumer.job.clone(),
             consumer_index: consumer.consumer_index,
             client_id: self.session.client_id(),
+            capability: self.session.capability(),
         };
         let mut stream = match worker.stream_batches(request).await {
             Ok(response) => response.into_inner(),

@@ -1,11 +1,13 @@
 //! The dispatcher's gRPC face: the tonic service over [`Dispatcher`], each request's fields
 //! checked at the edge, and the server that runs it with the liveness and eviction tickers.
 
+use crate::access::Caller;
 use crate::cache_io::EVICTION_PERIOD;
 use crate::service::{Dispatcher, DispatcherError, status};
 use granary_crds::Manifest;
 use granary_proto::v1 as pb;
 use granary_proto::v1::dispatcher_server::{self, DispatcherServer};
+use granary_security::Role;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -67,6 +69,16 @@ pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 /// splits before it in the epoch are still being computed: short, because it holds the output.
 const COUNT_RETRY_MS: u32 = 20;
 
+impl Dispatcher {
+    /// Who made `request`, with what it may do; UNAUTHENTICATED when authentication is on and
+    /// it carries no valid credentials.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller<'_>, Status> {
+        let access = self.inner.access.as_ref();
+        let who = access.map(|a| a.principal(request)).transpose()?;
+        Ok(Caller { access, who })
+    }
+}
+
 /// Refuses an empty required field, naming it.
 fn require(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
@@ -81,6 +93,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::RegisterPipelineRequest>,
     ) -> Result<Response<pb::RegisterPipelineResponse>, Status> {
+        self.caller(&request)?.owner("registering a pipeline")?;
         let req = request.into_inner();
         require("name", &req.name)?;
         let pipeline: granary_crds::InputPipeline = serde_json::from_str(&req.manifest_json)
@@ -104,8 +117,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::GetPipelineRequest>,
     ) -> Result<Response<pb::PipelineInfo>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("name", &req.name)?;
+        caller.covers(&req.name, &[Role::Worker, Role::Trainer], "reading this pipeline")?;
         self.state().pipeline_info(&req.name).map(Response::new).map_err(status)
     }
 
@@ -113,8 +128,11 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
+        caller.register_worker(&req.worker_id, &req.pipeline)?;
         let (worker_id, revoked) = self.mutate(|s, now| s.register_worker(&req, now)).await?;
+        caller.bind_worker(&worker_id)?;
         let timing = self.state().timing();
         tracing::info!(worker = %worker_id, address = %req.address, "worker registered");
         Ok(Response::new(pb::RegisterWorkerResponse {
@@ -122,6 +140,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
             heartbeat_interval_ms: timing.heartbeat_ms,
             lease_duration_ms: timing.lease_ms as u32,
             revoked,
+            capability_key: self.inner.access.as_ref().map(|a| a.capability_key()).unwrap_or_default(),
         }))
     }
 
@@ -129,8 +148,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         self.mutate(|s, now| s.worker_heartbeat(&req, now)).await.map(Response::new)
     }
 
@@ -138,8 +159,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::LeaseSplitRequest>,
     ) -> Result<Response<pb::LeaseSplitResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         let lease = self.mutate(|s, now| s.lease(&req.worker_id, now)).await?;
         let retry_after_ms = if lease.is_some() { 0 } else { 50 };
         Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms }))
@@ -149,8 +172,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         let revoked = self.mutate(|s, now| s.renew(&req.worker_id, &req.leases, now)).await?;
         Ok(Response::new(pb::RenewLeaseResponse { revoked }))
     }
@@ -159,8 +184,11 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::CompleteSplitRequest>,
     ) -> Result<Response<pb::CompleteSplitResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
+        caller.covers(&req.pipeline, &[Role::Worker], "completing a split")?;
         self.mutate(|s, _| s.complete(&req)).await?;
         Ok(Response::new(pb::CompleteSplitResponse {}))
     }
@@ -169,8 +197,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::CountSplitRequest>,
     ) -> Result<Response<pb::CountSplitResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         let parts = self.mutate(|s, _| s.count_split(&req.worker_id, req.lease_id, req.elements)).await?;
         Ok(Response::new(match parts {
             Some(parts) => pb::CountSplitResponse { ready: true, parts, retry_after_ms: 0 },
@@ -184,8 +214,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::ReturnLeaseRequest>,
     ) -> Result<Response<pb::ReturnLeaseResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         let error = (!req.error.is_empty()).then_some(req.error.as_str());
         self.mutate(|s, _| s.give_back(&req.worker_id, req.lease_id, error)).await?;
         Ok(Response::new(pb::ReturnLeaseResponse {}))
@@ -195,25 +227,47 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::RegisterClientRequest>,
     ) -> Result<Response<pb::RegisterClientResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
-        self.mutate(|s, now| s.register_client(&req, now)).await.map(Response::new)
+        let job = if req.job.is_empty() { &req.pipeline } else { &req.job };
+        caller.join_job(&req.pipeline, job)?;
+        let mut response = self.mutate(|s, now| s.register_client(&req, now)).await?;
+        caller.bind_client(&response.client_id)?;
+        if let Some(access) = &self.inner.access {
+            let (capability, expires) =
+                access.capability(&req.pipeline, &response.job, response.consumer_index);
+            response.capability = capability;
+            response.capability_expires_ms = expires;
+        }
+        Ok(Response::new(response))
     }
 
     async fn client_heartbeat(
         &self,
         request: Request<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("client_id", &req.client_id)?;
-        self.mutate(|s, now| s.client_heartbeat(&req, now)).await.map(Response::new)
+        caller.as_client(&req.client_id)?;
+        caller.covers(&req.pipeline, &[Role::Trainer], "a trainer's heartbeat")?;
+        let mut response = self.mutate(|s, now| s.client_heartbeat(&req, now)).await?;
+        if let Some(access) = &self.inner.access {
+            let (capability, expires) = access.capability(&req.pipeline, &req.job, req.consumer_index);
+            response.capability = capability;
+            response.capability_expires_ms = expires;
+        }
+        Ok(Response::new(response))
     }
 
     async fn get_epoch_plan(
         &self,
         request: Request<pb::GetEpochPlanRequest>,
     ) -> Result<Response<pb::EpochPlan>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("pipeline", &req.pipeline)?;
+        caller.covers(&req.pipeline, &[Role::Trainer], "reading an epoch plan")?;
         self.mutate(|s, _| s.epoch_plan(&req)).await.map(Response::new)
     }
 
@@ -221,8 +275,11 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::RequestReplayRequest>,
     ) -> Result<Response<pb::RequestReplayResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("client_id", &req.client_id)?;
+        caller.as_client(&req.client_id)?;
+        caller.covers(&req.pipeline, &[Role::Trainer], "asking for a replay")?;
         let queued = self.mutate(|s, _| s.request_replay(&req)).await?;
         if !queued.is_empty() {
             tracing::info!(job = %req.job, consumer = req.consumer_index, epoch = req.epoch, ?queued, "replaying splits for a consumer");
@@ -234,7 +291,9 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
+        caller.covers(&req.pipeline, &[Role::Worker, Role::Trainer], "listing this pipeline's workers")?;
         Ok(Response::new(pb::ListWorkersResponse { workers: self.state().workers_of(&req.pipeline) }))
     }
 
@@ -242,9 +301,12 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         &self,
         request: Request<pb::ReportCacheProfileRequest>,
     ) -> Result<Response<pb::ReportCacheProfileResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
+        caller.as_worker(&req.worker_id)?;
         require("pipeline", &req.pipeline)?;
+        caller.covers(&req.pipeline, &[Role::Worker], "reporting a cache profile")?;
         let Some(profile) = req.profile else {
             return Err(Status::invalid_argument("`profile` is missing"));
         };

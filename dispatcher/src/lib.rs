@@ -2,6 +2,7 @@
 //! registration and epoch plans for clients, liveness, metric snapshots for the policies, a
 //! journal so a restarted dispatcher resumes where it was, and the `WorkerPool` it scales.
 
+pub mod access;
 pub mod api;
 pub mod autoscaler;
 pub mod cache_io;

@@ -23,6 +23,9 @@ pub struct DispatcherConfig {
     /// Most bytes the entries of one cache store may take together (every pipeline's); the
     /// least recently used entries not in use are evicted past it. `None`: no store-wide budget.
     pub cache_max_bytes: Option<u64>,
+    /// The deployment's master key: with one, every request is authenticated and authorized
+    /// (see [`crate::access`]); without, every caller is the owner (loopback use).
+    pub auth_key: Option<granary_security::MasterKey>,
 }
 
 /// A failure starting or serving.
@@ -50,6 +53,8 @@ pub(crate) struct Inner {
     journal_writes: [std::sync::atomic::AtomicU64; 2],
     /// Held by the eviction pass: one at a time.
     pub(crate) evicting: tokio::sync::Mutex<()>,
+    /// Access control, when authentication is on.
+    pub(crate) access: Option<crate::access::Access>,
 }
 
 /// The dispatcher: cheap to clone, shared by the gRPC service and its host.
@@ -68,6 +73,7 @@ impl Dispatcher {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64 & 0xffff_ffff_ffff);
         let mut state = State::new(config.timing, id_base);
+        state.set_private(config.auth_key.is_some());
         let journal = match &config.journal {
             Some(url) => {
                 let (journal, events) = Journal::open(url).await?;
@@ -90,6 +96,7 @@ impl Dispatcher {
                 cache_max_bytes: config.cache_max_bytes,
                 journal_writes: Default::default(),
                 evicting: tokio::sync::Mutex::new(()),
+                access: config.auth_key.as_ref().map(crate::access::Access::new),
             }),
         })
     }
@@ -279,5 +286,6 @@ pub(crate) fn status(e: DispatchError) -> Status {
         DispatchError::InvalidArgument(m) => Status::invalid_argument(m),
         DispatchError::FailedPrecondition(m) => Status::failed_precondition(m),
         DispatchError::ResourceExhausted(m) => Status::resource_exhausted(m),
+        DispatchError::PermissionDenied(m) => Status::permission_denied(m),
     }
 }

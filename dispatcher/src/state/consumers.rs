@@ -194,6 +194,7 @@ impl State {
             heartbeat_interval_ms: self.timing.heartbeat_ms,
             plan_fingerprint: fingerprint,
             workers,
+            ..Default::default()
         })
     }
 
@@ -259,7 +260,11 @@ impl State {
         let slowest = job.slowest_epoch(epochs);
         job.epochs.retain(|&e, _| e + 1 >= slowest);
         let failed = self.failure(&req.pipeline).unwrap_or_default();
-        Ok(pb::ClientHeartbeatResponse { workers: self.workers_of(&req.pipeline), failed })
+        Ok(pb::ClientHeartbeatResponse {
+            workers: self.workers_of(&req.pipeline),
+            failed,
+            ..Default::default()
+        })
     }
 
     /// A consumer's batches in `epoch` and the split ranges that make each.

@@ -340,6 +340,14 @@ impl State {
     /// A worker finished a split. Unknown leases (from before a restart) still count when they
     /// name a real split.
     pub fn complete(&mut self, req: &pb::CompleteSplitRequest) -> Result<(), DispatchError> {
+        if let Some(held) = self.leases.get(&req.lease_id)
+            && held.worker != req.worker_id
+        {
+            return Err(DispatchError::PermissionDenied(format!(
+                "lease {} is held by another worker; only its holder completes it",
+                req.lease_id
+            )));
+        }
         let lease = self.leases.remove(&req.lease_id);
         if let Some(l) = &lease
             && let Some(w) = self.workers.get_mut(&l.worker)

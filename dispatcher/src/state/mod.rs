@@ -52,6 +52,9 @@ pub enum DispatchError {
     /// No room (e.g. every consumer place of a job is taken).
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The caller may not do this (e.g. complete a lease another worker holds).
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 /// Attempts at producing one split of one epoch that may fail (the worker reports an error)
@@ -369,6 +372,8 @@ pub struct State {
     pub(crate) split_counts: BTreeMap<String, SplitCounts>,
     /// Worker registrations and losses per pipeline, for metrics (not journaled).
     pub(crate) worker_counts: BTreeMap<String, WorkerCounts>,
+    /// Errors never name other pipelines (authentication is on: callers see only their own).
+    pub(crate) private: bool,
 }
 
 impl State {
@@ -388,7 +393,13 @@ impl State {
             cache_touches: Vec::new(),
             split_counts: BTreeMap::new(),
             worker_counts: BTreeMap::new(),
+            private: false,
         }
+    }
+
+    /// Keeps other pipelines' names out of error messages (authentication is on).
+    pub fn set_private(&mut self, private: bool) {
+        self.private = private;
     }
 
     /// Lease outcomes of `pipeline` since this dispatcher started.
@@ -509,6 +520,9 @@ impl State {
     }
 
     pub(crate) fn unknown_pipeline(&self, name: &str) -> DispatchError {
+        if self.private {
+            return DispatchError::NotFound(format!("no pipeline named `{name}`"));
+        }
         let known: Vec<&str> = self.pipelines.keys().map(String::as_str).collect();
         DispatchError::NotFound(if known.is_empty() {
             format!("no pipeline named `{name}`: none is registered yet")

@@ -46,8 +46,16 @@ pub(super) fn completion(lease: &pb::Lease) -> pb::CompleteSplitRequest {
     }
 }
 
+/// `req` sent by the worker that holds its lease.
+pub(super) fn by_holder(state: &State, mut req: pb::CompleteSplitRequest) -> pb::CompleteSplitRequest {
+    if let Some(held) = state.leases.get(&req.lease_id) {
+        req.worker_id = held.worker.clone();
+    }
+    req
+}
+
 fn complete(state: &mut State, lease: &pb::Lease) {
-    state.complete(&completion(lease)).unwrap();
+    state.complete(&by_holder(state, completion(lease))).unwrap();
 }
 
 #[test]
@@ -269,7 +277,7 @@ fn a_removed_pipeline_ends_its_leases_and_stays_removed_after_replay() {
     assert!(s.pipeline_names().is_empty());
     assert!(s.leases.is_empty());
     assert!(s.workers.values().all(|w| w.leases.is_empty()));
-    assert!(s.complete(&completion(&a)).is_err(), "the lease ended with its pipeline");
+    assert!(s.complete(&by_holder(&s, completion(&a))).is_err(), "the lease ended with its pipeline");
     let mut t = State::new(Timing::default(), 2);
     for e in &s.take_events() {
         t.apply(e);
@@ -316,4 +324,20 @@ fn a_split_that_fails_three_times_fails_its_pipeline_with_the_cause() {
     assert!(why.ends_with("failed on element `a`: boom"), "{why}");
     assert_eq!(heartbeat(&mut s), why, "the trainer learns it at its next heartbeat");
     assert!(s.lease(&w, 0).unwrap().is_none(), "a failed pipeline gets no more work");
+}
+
+#[test]
+fn only_a_leases_holder_completes_it() {
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 4], 5, 1)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let holder = worker(&mut s, 0);
+    let other = worker(&mut s, 0);
+    let lease = s.lease(&holder, 0).unwrap().unwrap();
+    let forged = pb::CompleteSplitRequest { worker_id: other.clone(), elements: 1, ..completion(&lease) };
+    let error = s.complete(&forged).unwrap_err();
+    assert!(matches!(error, DispatchError::PermissionDenied(_)), "{error}");
+    assert!(s.leases.contains_key(&lease.lease_id), "the holder keeps its lease");
+    assert!(s.failure("p").is_none(), "a wrong count from another worker fails nothing");
+    complete(&mut s, &lease);
 }

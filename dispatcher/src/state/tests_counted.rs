@@ -85,7 +85,7 @@ fn splits_are_counted_first_and_routed_once_the_splits_before_them_are() {
     for lease in &leases {
         let parts = s.count_split(&w, lease.lease_id, COUNTS[lease.split as usize]).unwrap().unwrap();
         routed += parts.iter().map(|p| p.hi - p.lo).sum::<u64>();
-        s.complete(&done(lease, COUNTS[lease.split as usize])).unwrap();
+        s.complete(&super::tests::by_holder(&s, done(lease, COUNTS[lease.split as usize]))).unwrap();
     }
     assert_eq!(routed, COUNTS.iter().sum::<u64>());
     // 24 elements in batches of 4: 6 batches, 3 per consumer.
@@ -143,7 +143,7 @@ fn learnt_counts_survive_a_restart() {
     for lease in &leases[..2] {
         s.count_split(&w, lease.lease_id, COUNTS[lease.split as usize]).unwrap();
     }
-    s.complete(&done(&leases[0], COUNTS[leases[0].split as usize])).unwrap();
+    s.complete(&super::tests::by_holder(&s, done(&leases[0], COUNTS[leases[0].split as usize]))).unwrap();
     let mut events = std::mem::take(&mut s.events);
     assert!(events.iter().any(|e| matches!(e, Event::SplitCounted { .. })));
     // Replaying the journal, or a compacted snapshot of it, knows the same counts.

@@ -97,7 +97,7 @@ pub(super) fn mode(lease: &pb::Lease) -> pb::CacheMode {
 
 pub(super) fn finish(s: &mut State, lease: &pb::Lease, outcome: pb::CacheOutcome) {
     let req = pb::CompleteSplitRequest { cache: Some(outcome), ..crate::state::tests::completion(lease) };
-    s.complete(&req).unwrap();
+    s.complete(&crate::state::tests::by_holder(s, req)).unwrap();
 }
 
 pub(super) fn written(bytes: u64) -> pb::CacheOutcome {
