@@ -27,8 +27,8 @@ pub struct OperatorOptions {
     pub journal: Option<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     pub metrics_addr: SocketAddr,
-    /// Watch only this namespace (default: all).
-    pub namespace: Option<String>,
+    /// Watch only these namespaces, one controller each; empty: every namespace.
+    pub namespaces: Vec<String>,
     /// Namespace of the leader Lease.
     pub lease_namespace: String,
     /// Name of the leader Lease.
@@ -164,21 +164,36 @@ async fn lead(
     let notifier = Notifier::new(client.clone(), &options.identity);
     let ctx =
         Arc::new(Context::new(client, dispatcher, plane.autoscalers(), options.config.clone(), notifier));
-    let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(crate::controller::run(
-        ctx.clone(),
-        options.namespace.clone(),
-        metrics.clone(),
-        async move { drop(controller_stopped.await) },
-    ));
+    // One controller per watched namespace (kube's Controller watches one namespace or all), so
+    // that watching listed namespaces needs permissions in those namespaces only. They share the
+    // context, whose state is keyed by `<namespace>/<name>`.
+    let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
+        vec![None]
+    } else {
+        options.namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut stop_controllers = Vec::with_capacity(scopes.len());
+    let mut controllers = Vec::with_capacity(scopes.len());
+    for namespace in scopes {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stop_controllers.push(stop);
+        controllers.push(tokio::spawn(crate::controller::run(
+            ctx.clone(),
+            namespace,
+            metrics.clone(),
+            async move { drop(stopped.await) },
+        )));
+    }
     let result = tokio::select! {
         () = stopped => Ok(()),
         () = candidacy.deposed() => Err(OperatorError::Deposed),
         served = plane.served() => served.map_err(OperatorError::from),
     };
     ready.store(false, Ordering::Relaxed);
-    let _ = stop_controller.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    for stop in stop_controllers {
+        let _ = stop.send(());
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(controllers)).await;
     // The workers are the Deployments': they outlive this leader, and the next one adopts them.
     plane.stop(STOP_GRACE).await;
     result

@@ -27,9 +27,10 @@ pub struct OperatorArgs {
     /// Serve `/metrics`, `/healthz` and `/readyz` on ADDR.
     #[arg(long, env = "GRANARY_METRICS_ADDR", default_value = "0.0.0.0:9090", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
-    /// Watch only this namespace (default: every namespace).
-    #[arg(long, env = "GRANARY_WATCH_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// Watch only these namespaces, comma-separated or the flag repeated (default: every
+    /// namespace).
+    #[arg(long, env = "GRANARY_WATCH_NAMESPACE", value_delimiter = ',')]
+    pub namespace: Vec<String>,
     /// Namespace of the leader Lease (the operator's own).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -94,7 +95,7 @@ impl OperatorArgs {
             dispatcher_listen: self.dispatcher_listen,
             journal: some(&self.journal),
             metrics_addr: self.metrics_addr,
-            namespace: some(&self.namespace),
+            namespaces: watched(&self.namespace),
             lease_namespace: self.lease_namespace.clone(),
             lease_name: self.lease_name.clone(),
             identity,
@@ -112,6 +113,17 @@ impl OperatorArgs {
             },
         })
     }
+}
+
+/// The namespaces to watch: the flag's values trimmed, empty ones dropped, each once (in order).
+fn watched(namespaces: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for namespace in namespaces.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if !out.iter().any(|seen| seen == namespace) {
+            out.push(namespace.to_string());
+        }
+    }
+    out
 }
 
 /// Runs the operator until SIGTERM or Ctrl-C.
@@ -159,7 +171,17 @@ mod tests {
         assert_eq!(o.config.workers.dispatcher, "granary-dispatcher.granary.svc:7070");
         assert_eq!(o.dispatcher_listen.port(), 7070);
         assert_eq!(o.config.workers.image, "img:1");
-        assert!(o.namespace.is_none() && o.journal.is_none() && o.config.workers.resources.is_none());
+        assert!(o.namespaces.is_empty() && o.journal.is_none() && o.config.workers.resources.is_none());
+    }
+
+    #[test]
+    fn namespaces_are_a_list_comma_separated_or_repeated() {
+        let o = parse(&["--namespace", "a"]).unwrap();
+        assert_eq!(o.namespaces, ["a"]);
+        let o = parse(&["--namespace", "a, b,,a", "--namespace", "c"]).unwrap();
+        assert_eq!(o.namespaces, ["a", "b", "c"]);
+        let o = parse(&["--namespace", ""]).unwrap();
+        assert!(o.namespaces.is_empty(), "an empty value (the chart's unset one) watches every namespace");
     }
 
     #[test]
