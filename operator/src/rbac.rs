@@ -1,13 +1,18 @@
 //! The operator's permissions: every (API group, resource, verb) it uses, where, and why. The
-//! chart's ClusterRole and Role are checked against this table, and so is every request the
+//! chart's ClusterRole and Roles are checked against this table, and so is every request the
 //! mocked-API-server tests record, so a new call without a rule (or a rule without a call) fails
 //! a test instead of a deployment.
+//!
+//! Every request is namespaced (the operator watches pipelines with `Api::all` or, given
+//! namespaces, `Api::namespaced`), so watching listed namespaces needs no cluster-scoped
+//! permission at all: the chart then renders only Roles.
 
 /// Where a permission is granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
-    /// In every namespace the operator watches: the chart's ClusterRole.
-    Cluster,
+    /// In every namespace the operator watches: the chart's ClusterRole, bound cluster-wide when
+    /// it watches every namespace; a Role in each watched namespace when they are listed.
+    Watched,
     /// Only in the operator's own namespace: the chart's Role.
     OperatorNamespace,
 }
@@ -37,38 +42,38 @@ const fn rule(
     Permission { group, resource, verb, scope, needed_by }
 }
 
-use Scope::{Cluster, OperatorNamespace};
+use Scope::{OperatorNamespace, Watched};
 
 /// Every permission the operator needs.
 pub const PERMISSIONS: &[Permission] = &[
-    rule("granary.dev", "inputpipelines", "list", Cluster, "controller::run: the InputPipeline watcher"),
-    rule("granary.dev", "inputpipelines", "watch", Cluster, "controller::run: the InputPipeline watcher"),
-    rule("granary.dev", "inputpipelines", "patch", Cluster, "reconcile: adds and removes the finalizer"),
-    rule("granary.dev", "inputpipelines/status", "patch", Cluster, "reconcile: patches status"),
+    rule("granary.dev", "inputpipelines", "list", Watched, "controller::run: the InputPipeline watcher"),
+    rule("granary.dev", "inputpipelines", "watch", Watched, "controller::run: the InputPipeline watcher"),
+    rule("granary.dev", "inputpipelines", "patch", Watched, "reconcile: adds and removes the finalizer"),
+    rule("granary.dev", "inputpipelines/status", "patch", Watched, "reconcile: patches status"),
     rule(
         "apps",
         "deployments",
         "get",
-        Cluster,
+        Watched,
         "reconcile: worker counts while an invalid spec keeps the old workers",
     ),
-    rule("apps", "deployments", "list", Cluster, "controller::run: watches the owned Deployments"),
-    rule("apps", "deployments", "watch", Cluster, "controller::run: watches the owned Deployments"),
-    rule("apps", "deployments", "patch", Cluster, "reconcile: server-side apply of the worker Deployment"),
+    rule("apps", "deployments", "list", Watched, "controller::run: watches the owned Deployments"),
+    rule("apps", "deployments", "watch", Watched, "controller::run: watches the owned Deployments"),
+    rule("apps", "deployments", "patch", Watched, "reconcile: server-side apply of the worker Deployment"),
     rule(
         "apps",
         "deployments",
         "create",
-        Cluster,
+        Watched,
         "reconcile: server-side apply creates a missing Deployment",
     ),
-    rule("apps", "deployments/scale", "get", Cluster, "pool::KubernetesPool::current"),
-    rule("apps", "deployments/scale", "patch", Cluster, "pool::KubernetesPool::scale_to"),
-    rule("", "services", "list", Cluster, "controller::run: watches the owned Services"),
-    rule("", "services", "watch", Cluster, "controller::run: watches the owned Services"),
-    rule("", "services", "patch", Cluster, "reconcile: server-side apply of the worker Service"),
-    rule("", "services", "create", Cluster, "reconcile: server-side apply creates a missing Service"),
-    rule("events.k8s.io", "events", "create", Cluster, "events::Notifier: scaling and caching decisions"),
+    rule("apps", "deployments/scale", "get", Watched, "pool::KubernetesPool::current"),
+    rule("apps", "deployments/scale", "patch", Watched, "pool::KubernetesPool::scale_to"),
+    rule("", "services", "list", Watched, "controller::run: watches the owned Services"),
+    rule("", "services", "watch", Watched, "controller::run: watches the owned Services"),
+    rule("", "services", "patch", Watched, "reconcile: server-side apply of the worker Service"),
+    rule("", "services", "create", Watched, "reconcile: server-side apply creates a missing Service"),
+    rule("events.k8s.io", "events", "create", Watched, "events::Notifier: scaling and caching decisions"),
     rule("coordination.k8s.io", "leases", "get", OperatorNamespace, "leader: reads the Lease"),
     rule("coordination.k8s.io", "leases", "create", OperatorNamespace, "leader: creates the Lease"),
     rule("coordination.k8s.io", "leases", "patch", OperatorNamespace, "leader: takes and renews the Lease"),

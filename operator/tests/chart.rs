@@ -610,44 +610,224 @@ fn compare_with_table(role: &Value, scope: Scope) -> Vec<String> {
     problems
 }
 
+/// The namespaces `values-everything.yaml` watches (`watchNamespaces`, with `watchNamespace`
+/// repeating the first).
+const EVERYTHING_WATCHED: [&str; 2] = ["ml-team", "ml-research"];
+
+/// The ServiceAccount the operator runs as, as a binding's subjects.
+fn operator_subject(docs: &[Value]) -> Value {
+    let deployment = one(docs, "Deployment", None);
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("an account");
+    json!([{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}])
+}
+
+/// Whether `binding` binds `role_kind` `role_name` to exactly `subject`.
+fn binds(binding: &Value, role_kind: &str, role_name: &str, subject: &Value) -> bool {
+    matches!(kind_of(binding), "ClusterRoleBinding" | "RoleBinding")
+        && binding["roleRef"]["kind"] == role_kind
+        && binding["roleRef"]["name"] == role_name
+        && &binding["subjects"] == subject
+}
+
+/// Checks the operator's RBAC in `docs`: watching `watched` namespaces (empty: all), the
+/// `Watched` rows of the table in a ClusterRole bound cluster-wide, or in a Role bound in each
+/// watched namespace and nothing cluster-scoped; the `OperatorNamespace` rows in a Role in the
+/// release namespace. Returns every problem.
+fn check_operator_rbac(docs: &[Value], watched: &[&str]) -> Vec<String> {
+    let subject = operator_subject(docs);
+    let mut problems = Vec::new();
+    let bound_once = |kind: &str, name: &str, namespace: Option<&str>| {
+        docs.iter()
+            .filter(|b| binds(b, kind, name, &subject))
+            .filter(|b| namespace.is_none_or(|ns| b["metadata"]["namespace"] == ns))
+            .count()
+            == 1
+    };
+    // What the operator's ServiceAccount holds cluster-wide: ClusterRoles bound by a
+    // ClusterRoleBinding.
+    let cluster_bound: Vec<&Value> = docs
+        .iter()
+        .filter(|b| kind_of(b) == "ClusterRoleBinding" && b["subjects"] == subject)
+        .filter_map(|b| {
+            docs.iter().find(|r| kind_of(r) == "ClusterRole" && name_of(r) == b["roleRef"]["name"])
+        })
+        .collect();
+    if watched.is_empty() {
+        match cluster_bound.as_slice() {
+            [role] => problems.extend(compare_with_table(role, Scope::Watched)),
+            other => problems.push(format!("{} ClusterRoles bound cluster-wide, not 1", other.len())),
+        }
+    } else {
+        for role in &cluster_bound {
+            problems
+                .push(format!("watching {watched:?}, ClusterRole {} is bound cluster-wide", name_of(role)));
+        }
+        let roles: Vec<&Value> =
+            docs.iter().filter(|d| kind_of(d) == "Role" && d["metadata"]["namespace"] != NAMESPACE).collect();
+        let namespaces: BTreeSet<&str> =
+            roles.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap_or_default()).collect();
+        let wanted: BTreeSet<&str> = watched.iter().copied().filter(|ns| *ns != NAMESPACE).collect();
+        if namespaces != wanted {
+            problems.push(format!("Roles outside {NAMESPACE} in {namespaces:?}, not {wanted:?}"));
+        }
+        for namespace in watched {
+            let role = docs.iter().find(|d| {
+                kind_of(d) == "Role"
+                    && d["metadata"]["namespace"] == *namespace
+                    && d["rules"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|r| r["apiGroups"] == json!(["apps"])))
+            });
+            let Some(role) = role else {
+                problems.push(format!("no Role with the Watched rows in {namespace}"));
+                continue;
+            };
+            problems.extend(compare_with_table(role, Scope::Watched));
+            if !bound_once("Role", name_of(role), Some(namespace)) {
+                problems
+                    .push(format!("Role {} in {namespace} is not bound once to {subject}", name_of(role)));
+            }
+        }
+    }
+    // No ClusterRole of the chart grants anything on Deployments unless it is the operator's,
+    // watching every namespace.
+    for role in docs.iter().filter(|d| kind_of(d) == "ClusterRole") {
+        let on_deployments = grants(role).iter().any(|(group, _, _)| group == "apps");
+        if on_deployments && (!watched.is_empty() || !bound_once("ClusterRole", name_of(role), None)) {
+            problems.push(format!("ClusterRole {} grants rights on Deployments", name_of(role)));
+        }
+    }
+    let lease_roles: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind_of(d) == "Role" && d["metadata"]["namespace"] == NAMESPACE)
+        .filter(|d| grants(d).iter().any(|(group, _, _)| group == "coordination.k8s.io"))
+        .collect();
+    match lease_roles.as_slice() {
+        [role] => {
+            problems.extend(compare_with_table(role, Scope::OperatorNamespace));
+            if !bound_once("Role", name_of(role), Some(NAMESPACE)) {
+                problems.push(format!("the lease Role {} is not bound once", name_of(role)));
+            }
+        }
+        other => problems.push(format!("{} lease Roles in {NAMESPACE}, not 1", other.len())),
+    }
+    problems
+}
+
 #[test]
 fn rbac_grants_exactly_the_permissions_table() {
-    for (label, docs) in [("defaults", render_defaults()), ("every option", render_everything())] {
-        let cluster_role = one(&docs, "ClusterRole", None);
-        let role = one(&docs, "Role", None);
-        let mut problems = compare_with_table(cluster_role, Scope::Cluster);
-        problems.extend(compare_with_table(role, Scope::OperatorNamespace));
+    let table: [(&str, Vec<Value>, &[&str]); 5] = [
+        ("defaults", render_defaults(), &[]),
+        ("every option", render_everything(), &EVERYTHING_WATCHED),
+        (
+            "watchNamespace",
+            documents(&template("granary", &["--set", "watchNamespace=ml-team"])),
+            &["ml-team"],
+        ),
+        (
+            "watchNamespaces",
+            documents(&template("granary", &["--set", "watchNamespaces={ml-a,ml-b,granary-system}"])),
+            &["ml-a", "ml-b", NAMESPACE],
+        ),
+        (
+            "both, overlapping",
+            documents(&template(
+                "granary",
+                &["--set", "watchNamespaces={ml-a,ml-b}", "--set", "watchNamespace=ml-b"],
+            )),
+            &["ml-a", "ml-b"],
+        ),
+    ];
+    for (label, docs, watched) in table {
+        let problems = check_operator_rbac(&docs, watched);
         assert!(
             problems.is_empty(),
             "the chart's RBAC ({label}) differs from PERMISSIONS:\n{}",
             problems.join("\n")
         );
-        assert_eq!(role["metadata"]["namespace"], NAMESPACE, "the Role lives in the operator's namespace");
-
-        // Both are bound to the ServiceAccount the operator runs as.
-        let deployment = one(&docs, "Deployment", None);
-        let account =
-            deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("an account");
-        let subject = json!([{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]);
-        let bindings: Vec<&Value> =
-            docs.iter().filter(|d| matches!(kind_of(d), "ClusterRoleBinding" | "RoleBinding")).collect();
-        for (role_kind, role_name) in [("ClusterRole", name_of(cluster_role)), ("Role", name_of(role))] {
-            let bound = bindings.iter().filter(|b| {
-                b["roleRef"]["kind"] == role_kind
-                    && b["roleRef"]["name"] == role_name
-                    && b["subjects"] == subject
-            });
-            assert_eq!(bound.count(), 1, "({label}) {role_kind} {role_name} is not bound once to {subject}");
-        }
-        if label == "every option" {
-            // Watching one namespace: the ClusterRole is bound in that namespace only.
-            assert!(bindings.iter().all(|b| kind_of(b) == "RoleBinding"), "({label}) a ClusterRoleBinding");
-            assert!(
-                bindings.iter().any(|b| b["metadata"]["namespace"] == "ml-team"),
-                "({label}) no binding in ml-team"
-            );
+        // The operator is told the same namespaces, in one variable.
+        let container = &one(&docs, "Deployment", None)["spec"]["template"]["spec"]["containers"][0];
+        let env = env_of(container);
+        if watched.is_empty() {
+            assert!(!env.contains_key("GRANARY_WATCH_NAMESPACE"), "({label}) watching all");
+        } else {
+            assert_eq!(env["GRANARY_WATCH_NAMESPACE"], watched.join(","), "({label})");
         }
     }
+}
+
+#[test]
+fn the_namespace_scoped_install_renders_no_cluster_wide_rights() {
+    let docs = documents(&template(
+        "granary",
+        &["--set", "watchNamespaces={ml-a,ml-b}", "--set", "aggregatedRoles.enabled=false"],
+    ));
+    let cluster_scoped: Vec<String> = docs
+        .iter()
+        .filter(|d| matches!(kind_of(d), "ClusterRole" | "ClusterRoleBinding"))
+        .map(|d| format!("{} {}", kind_of(d), name_of(d)))
+        .collect();
+    assert!(cluster_scoped.is_empty(), "a namespace-scoped install renders {cluster_scoped:?}");
+    let roles: BTreeSet<(String, String)> = docs
+        .iter()
+        .filter(|d| kind_of(d) == "Role")
+        .map(|d| {
+            (d["metadata"]["namespace"].as_str().unwrap_or_default().to_string(), name_of(d).to_string())
+        })
+        .collect();
+    let namespaces: BTreeSet<&str> = roles.iter().map(|(ns, _)| ns.as_str()).collect();
+    assert_eq!(namespaces, BTreeSet::from(["ml-a", "ml-b", NAMESPACE]), "{roles:?}");
+    // The PodMonitor scrapes the watched namespaces only.
+    let docs = documents(&template(
+        "granary",
+        &["--set", "watchNamespaces={ml-a,ml-b},serviceMonitor.enabled=true"],
+    ));
+    let pods = one(&docs, "PodMonitor", None);
+    assert_eq!(pods["spec"]["namespaceSelector"], json!({"matchNames": ["ml-a", "ml-b"]}));
+}
+
+#[test]
+fn aggregated_roles_give_the_default_roles_access_to_input_pipelines() {
+    let docs = render_defaults();
+    let role = |suffix: &str| -> BTreeSet<(String, String, String)> {
+        let name = format!("{}-{NAMESPACE}-{suffix}", name_of(one(&docs, "Deployment", None)));
+        let role = one(&docs, "ClusterRole", Some(&name));
+        let labels = role["metadata"]["labels"].as_object().expect("labels");
+        let aggregate: BTreeSet<&str> = labels
+            .iter()
+            .filter(|(k, v)| {
+                k.starts_with("rbac.authorization.k8s.io/aggregate-to-") && v.as_str() == Some("true")
+            })
+            .map(|(k, _)| k.trim_start_matches("rbac.authorization.k8s.io/aggregate-to-"))
+            .collect();
+        let expected: BTreeSet<&str> =
+            if suffix == "view" { BTreeSet::from(["view"]) } else { BTreeSet::from(["edit", "admin"]) };
+        assert_eq!(aggregate, expected, "{name} aggregates into {aggregate:?}");
+        // Nobody binds them: aggregation adds them to view, edit and admin.
+        assert!(docs.iter().all(|b| b["roleRef"]["name"] != name.as_str()), "{name} is bound");
+        grants(role)
+    };
+    let triples = |resource: &str, verbs: &[&str]| -> Vec<(String, String, String)> {
+        verbs.iter().map(|v| ("granary.dev".to_string(), resource.to_string(), v.to_string())).collect()
+    };
+    let read = ["get", "list", "watch"];
+    let view: BTreeSet<_> =
+        triples("inputpipelines", &read).into_iter().chain(triples("inputpipelines/status", &read)).collect();
+    assert_eq!(role("view"), view);
+    let write = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
+    let edit: BTreeSet<_> = triples("inputpipelines", &write)
+        .into_iter()
+        .chain(triples("inputpipelines/status", &read))
+        .collect();
+    assert_eq!(role("edit"), edit, "edit may not write status, which is the operator's");
+
+    let off = documents(&template("granary", &["--set", "aggregatedRoles.enabled=false"]));
+    let cluster_roles: Vec<&str> = off.iter().filter(|d| kind_of(d) == "ClusterRole").map(name_of).collect();
+    assert_eq!(
+        cluster_roles.len(),
+        1,
+        "aggregatedRoles.enabled=false: the operator's alone: {cluster_roles:?}"
+    );
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -680,7 +860,8 @@ fn operator_deployment_and_services_follow_the_contract() {
         assert_eq!(deployment["spec"]["replicas"], if everything { 2 } else { 1 });
         let spec = &pod["spec"];
         assert_eq!(spec["terminationGracePeriodSeconds"], 30);
-        assert_eq!(spec["securityContext"]["runAsUser"], 65532);
+        assert_eq!(spec["securityContext"]["runAsUser"], if everything { 10001 } else { 65532 });
+        assert_eq!(spec["automountServiceAccountToken"], true, "({label}) the operator calls the API server");
         assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
         assert_eq!(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
         let containers = spec["containers"].as_array().expect("containers");
@@ -722,7 +903,7 @@ fn operator_deployment_and_services_follow_the_contract() {
             assert_eq!(env["GRANARY_WORKER_IMAGE_PULL_POLICY"], "IfNotPresent");
             assert_eq!(env["GRANARY_JOURNAL"], "s3://ml-data/granary/journal");
             assert_eq!(env["GRANARY_WORKER_ENV_SECRET"], "granary-object-store");
-            assert_eq!(env["GRANARY_WATCH_NAMESPACE"], "ml-team");
+            assert_eq!(env["GRANARY_WATCH_NAMESPACE"], EVERYTHING_WATCHED.join(","));
             assert_eq!(container["envFrom"], json!([{"secretRef": {"name": "granary-object-store"}}]));
             // `cpu: 4` in the values file is a YAML number; the operator gets the string "4".
             assert_eq!(limits["cpu"].0, "4");
@@ -918,5 +1099,470 @@ fn python_stage_examples_are_valid_and_their_configmap_holds_augment_py() {
     assert_eq!(results.len(), 2);
     for result in results {
         assert!(result.errors.is_empty(), "{:?} does not match the CRD: {:?}", result.name, result.errors);
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// NetworkPolicies
+
+/// Whether `selector` (a LabelSelector) selects an object labelled `labels`.
+fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+    let match_labels = selector["matchLabels"].as_object().into_iter().flatten();
+    let labels_match = match_labels.into_iter().all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str());
+    let expressions = selector["matchExpressions"].as_array().into_iter().flatten();
+    let expressions_match = expressions.into_iter().all(|e| {
+        let value = labels.get(e["key"].as_str().unwrap_or_default());
+        let values: Vec<&str> =
+            e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        match e["operator"].as_str() {
+            Some("In") => value.is_some_and(|v| values.contains(&v.as_str())),
+            Some("NotIn") => value.is_none_or(|v| !values.contains(&v.as_str())),
+            Some("Exists") => value.is_some(),
+            Some("DoesNotExist") => value.is_none(),
+            other => panic!("unknown operator {other:?} in {selector}"),
+        }
+    });
+    labels_match && expressions_match
+}
+
+/// A pod, as a NetworkPolicy sees it: its namespace, that namespace's labels (its name among
+/// them, as the API server sets from 1.21) and its own labels.
+#[derive(Clone)]
+struct Peer {
+    namespace: String,
+    namespace_labels: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+}
+
+fn peer(namespace: &str, labels: &[(&str, &str)]) -> Peer {
+    Peer {
+        namespace: namespace.to_string(),
+        namespace_labels: BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_string(),
+            namespace.to_string(),
+        )]),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    }
+}
+
+impl Peer {
+    /// The same pod with `key: value` on its namespace.
+    fn namespace_labelled(mut self, key: &str, value: &str) -> Peer {
+        self.namespace_labels.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Whether the NetworkPolicies of `docs` let `from` open TCP `port` on `to`. A pod no policy
+/// selects admits everything.
+fn admits(docs: &[Value], to: &Peer, port: i32, from: &Peer) -> bool {
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind_of(d) == "NetworkPolicy" && d["metadata"]["namespace"] == to.namespace.as_str())
+        .filter(|d| selects(&d["spec"]["podSelector"], &to.labels))
+        .collect();
+    if policies.is_empty() {
+        return true;
+    }
+    for policy in &policies {
+        assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]), "{policy}");
+    }
+    policies.iter().flat_map(|p| p["spec"]["ingress"].as_array().into_iter().flatten()).any(|rule| {
+        let port_open = rule["ports"].as_array().is_none_or(|ports| {
+            ports.iter().any(|p| p["port"] == port && p["protocol"].as_str().unwrap_or("TCP") == "TCP")
+        });
+        let peer_allowed = rule["from"].as_array().is_none_or(|peers| {
+            peers.iter().any(|p| {
+                assert!(p.get("ipBlock").is_none(), "an ipBlock peer: {p}");
+                let namespace_ok = match p.get("namespaceSelector") {
+                    Some(selector) => selects(selector, &from.namespace_labels),
+                    None => from.namespace == to.namespace,
+                };
+                namespace_ok && p.get("podSelector").is_none_or(|s| selects(s, &from.labels))
+            })
+        });
+        port_open && peer_allowed
+    })
+}
+
+#[test]
+fn network_policies_admit_only_granarys_own_traffic() {
+    use granary_operator::objects::{WORKER_DATA_PORT, WORKER_METRICS_PORT, labels as worker_labels};
+    let worker_in = |namespace: &str| Peer { labels: worker_labels("imagenet"), ..peer(namespace, &[]) };
+    for (label, docs) in [("defaults", render_defaults()), ("every option", render_everything())] {
+        let everything = label == "every option";
+        let deployment = one(&docs, "Deployment", None);
+        let pod_labels = deployment["spec"]["template"]["metadata"]["labels"].as_object().expect("labels");
+        let operator = Peer {
+            labels: pod_labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().into()))
+                .collect(),
+            ..peer(NAMESPACE, &[])
+        };
+        // The operator's ports: gRPC (the dispatcher Service's target) and metrics.
+        let ports: BTreeMap<&str, i32> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| {
+                (p["name"].as_str().expect("a name"), p["containerPort"].as_i64().expect("a port") as i32)
+            })
+            .collect();
+        let (grpc, metrics) = (ports["grpc"], ports["metrics"]);
+        // Trainers and Prometheus as each values file describes them.
+        let trainer_in = |namespace: &str| {
+            if everything {
+                peer(namespace, &[("ml.example.com/role", "trainer")])
+                    .namespace_labelled("ml.example.com/training", "true")
+            } else {
+                peer(namespace, &[("granary.dev/trainer", "true")])
+            }
+        };
+        let prometheus = if everything {
+            peer(
+                "monitoring",
+                &[("app.kubernetes.io/name", "prometheus"), ("prometheus", "kube-prometheus-stack")],
+            )
+        } else {
+            peer("monitoring", &[("app.kubernetes.io/name", "prometheus")])
+        };
+        let prometheus_elsewhere =
+            Peer { namespace_labels: peer("default", &[]).namespace_labels, ..prometheus.clone() };
+
+        // Worker policies where pipelines are: the watched namespaces (every option) plus
+        // networkPolicy.workerNamespaces, or, watching all, the release namespace.
+        let worker_namespaces: Vec<&str> =
+            if everything { vec!["ml-team", "ml-research", "ml-shared"] } else { vec![NAMESPACE] };
+        let policies: BTreeSet<&str> = docs
+            .iter()
+            .filter(|d| kind_of(d) == "NetworkPolicy")
+            .map(|d| d["metadata"]["namespace"].as_str().unwrap_or_default())
+            .collect();
+        let mut expected_policies: BTreeSet<&str> = worker_namespaces.iter().copied().collect();
+        expected_policies.insert(NAMESPACE);
+        assert_eq!(policies, expected_policies, "({label}) the namespaces with NetworkPolicies");
+        for namespace in &worker_namespaces {
+            let worker = worker_in(namespace);
+            let cases = [
+                ("the dispatcher", operator.clone(), WORKER_DATA_PORT, true),
+                ("a trainer", trainer_in(namespace), WORKER_DATA_PORT, true),
+                ("an unlabelled pod", peer(namespace, &[]), WORKER_DATA_PORT, false),
+                ("another worker", worker_in(namespace), WORKER_DATA_PORT, false),
+                ("Prometheus", prometheus.clone(), WORKER_METRICS_PORT, true),
+                ("Prometheus", prometheus.clone(), WORKER_DATA_PORT, false),
+                ("the dispatcher", operator.clone(), WORKER_METRICS_PORT, false),
+                ("a trainer", trainer_in(namespace), WORKER_METRICS_PORT, false),
+            ];
+            for (who, from, port, expected) in cases {
+                assert_eq!(
+                    admits(&docs, &worker, port, &from),
+                    expected,
+                    "({label}) {who} in {} to a worker in {namespace} on port {port}",
+                    from.namespace
+                );
+            }
+        }
+        let watched = worker_namespaces[0];
+        let cases = [
+            ("a worker", worker_in(watched), grpc, true),
+            ("a trainer", trainer_in(watched), grpc, true),
+            ("an unlabelled pod", peer(watched, &[]), grpc, false),
+            ("Prometheus", prometheus.clone(), metrics, true),
+            ("Prometheus", prometheus.clone(), grpc, false),
+            ("a worker", worker_in(watched), metrics, false),
+            ("a trainer", trainer_in(watched), metrics, false),
+            // Watching every namespace, workers anywhere dial the dispatcher; watching some, only theirs.
+            ("an unwatched namespace's worker", worker_in("elsewhere"), grpc, !everything),
+            // The default Prometheus selector takes any namespace; the values file names one.
+            ("Prometheus elsewhere", prometheus_elsewhere, metrics, !everything),
+        ];
+        for (who, from, port, expected) in cases {
+            assert_eq!(
+                admits(&docs, &operator, port, &from),
+                expected,
+                "({label}) {who} to the dispatcher on {port}"
+            );
+        }
+    }
+
+    // Watching listed namespaces, trainers come from those namespaces unless a selector says.
+    let docs = documents(&template("granary", &["--set", "watchNamespaces={ml-a,ml-b}"]));
+    let trainer = |ns: &str| peer(ns, &[("granary.dev/trainer", "true")]);
+    for to in [worker_in("ml-b"), peer(NAMESPACE, &[])] {
+        let port = if to.namespace == NAMESPACE { 7070 } else { WORKER_DATA_PORT };
+        let to = if to.namespace == NAMESPACE {
+            let deployment = one(&docs, "Deployment", None);
+            let labels = deployment["spec"]["template"]["metadata"]["labels"].as_object().expect("labels");
+            Peer {
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().into()))
+                    .collect(),
+                ..to
+            }
+        } else {
+            to
+        };
+        assert!(admits(&docs, &to, port, &trainer("ml-a")), "a trainer in ml-a to {}", to.namespace);
+        assert!(!admits(&docs, &to, port, &trainer("default")), "a trainer in default to {}", to.namespace);
+    }
+    // Watching every namespace, workerNamespaces adds worker policies beside the release
+    // namespace's.
+    let docs = documents(&template("granary", &["--set", "networkPolicy.workerNamespaces={ml-a}"]));
+    assert!(!admits(&docs, &worker_in("ml-a"), WORKER_DATA_PORT, &peer("ml-a", &[])));
+    assert!(admits(&docs, &worker_in("ml-a"), WORKER_DATA_PORT, &trainer("ml-c")));
+    assert!(admits(
+        &docs,
+        &worker_in("ml-a"),
+        WORKER_METRICS_PORT,
+        &peer("x", &[("app.kubernetes.io/name", "prometheus")])
+    ));
+    let off = documents(&template("granary", &["--set", "networkPolicy.enabled=false"]));
+    assert!(off.iter().all(|d| kind_of(d) != "NetworkPolicy"), "networkPolicy.enabled=false");
+}
+
+// -----------------------------------------------------------------------------------------------
+// Pod Security Standards: the `restricted` profile
+
+/// Volume types the restricted profile admits.
+const RESTRICTED_VOLUMES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// What keeps `pod` (a PodSpec) from the Pod Security Standards' `restricted` profile (which
+/// includes `baseline`), one line per problem: host namespaces and ports, privileged containers,
+/// capabilities (drop ALL, add at most NET_BIND_SERVICE), volume types, privilege escalation,
+/// non-root (runAsNonRoot true and no uid 0), seccomp (RuntimeDefault or Localhost), SELinux,
+/// /proc mounts and sysctls (none but the profile's safe set).
+fn restricted_problems(pod: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod[field] == true {
+            problems.push(format!("{field} is true"));
+        }
+    }
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        let kinds: Vec<&String> =
+            volume.as_object().expect("a volume").keys().filter(|k| *k != "name").collect();
+        if kinds.iter().any(|k| !RESTRICTED_VOLUMES.contains(&k.as_str())) {
+            problems.push(format!("volume {}: type {kinds:?}", volume["name"]));
+        }
+    }
+    let pod_context = &pod["securityContext"];
+    let safe_sysctls = [
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+    ];
+    for sysctl in pod_context["sysctls"].as_array().into_iter().flatten() {
+        if !safe_sysctls.contains(&sysctl["name"].as_str().unwrap_or_default()) {
+            problems.push(format!("sysctl {}", sysctl["name"]));
+        }
+    }
+    let seccomp_ok = |context: &Value| {
+        matches!(context["seccompProfile"]["type"].as_str(), Some("RuntimeDefault" | "Localhost"))
+    };
+    let selinux_ok = |context: &Value| {
+        let options = &context["seLinuxOptions"];
+        options["user"].is_null()
+            && options["role"].is_null()
+            && matches!(
+                options["type"].as_str(),
+                None | Some("" | "container_t" | "container_init_t" | "container_kvm_t")
+            )
+    };
+    if pod_context["runAsUser"] == 0 {
+        problems.push("the pod's runAsUser is 0".into());
+    }
+    if pod_context["seccompProfile"]["type"] == "Unconfined" {
+        problems.push("the pod's seccompProfile is Unconfined".into());
+    }
+    if !selinux_ok(pod_context) {
+        problems.push(format!("the pod's seLinuxOptions {}", pod_context["seLinuxOptions"]));
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|field| pod[*field].as_array().into_iter().flatten());
+    let mut count = 0;
+    for container in containers {
+        count += 1;
+        let name = container["name"].as_str().unwrap_or("?");
+        let context = &container["securityContext"];
+        if context["privileged"] == true {
+            problems.push(format!("{name}: privileged"));
+        }
+        if context["allowPrivilegeEscalation"] != false {
+            problems.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        let non_root = match context["runAsNonRoot"].as_bool() {
+            Some(own) => own,
+            None => pod_context["runAsNonRoot"] == true,
+        };
+        if !non_root {
+            problems.push(format!("{name}: runAsNonRoot is not true (in the container or the pod)"));
+        }
+        if context["runAsUser"] == 0 {
+            problems.push(format!("{name}: runAsUser is 0"));
+        }
+        let seccomp =
+            if context["seccompProfile"].is_null() { seccomp_ok(pod_context) } else { seccomp_ok(context) };
+        if !seccomp {
+            problems.push(format!(
+                "{name}: no RuntimeDefault or Localhost seccompProfile (in the container or the pod)"
+            ));
+        }
+        if !selinux_ok(context) {
+            problems.push(format!("{name}: seLinuxOptions {}", context["seLinuxOptions"]));
+        }
+        if context["procMount"].as_str().is_some_and(|m| m != "Default") {
+            problems.push(format!("{name}: procMount {}", context["procMount"]));
+        }
+        if !context["capabilities"]["drop"].as_array().is_some_and(|d| d.iter().any(|c| c == "ALL")) {
+            problems.push(format!("{name}: capabilities do not drop ALL"));
+        }
+        for added in context["capabilities"]["add"].as_array().into_iter().flatten() {
+            if added != "NET_BIND_SERVICE" {
+                problems.push(format!("{name}: adds capability {added}"));
+            }
+        }
+        for port in container["ports"].as_array().into_iter().flatten() {
+            if port["hostPort"].as_i64().is_some_and(|p| p != 0) {
+                problems.push(format!("{name}: hostPort {}", port["hostPort"]));
+            }
+        }
+    }
+    if count == 0 {
+        problems.push("no containers".into());
+    }
+    problems
+}
+
+/// The worker pod specs the operator renders for every pipeline of examples/ (python-stage
+/// included), as JSON.
+fn worker_pod_specs() -> Vec<(String, Value)> {
+    let settings = granary_operator::WorkerSettings {
+        image: "ghcr.io/granary-dev/granary:0.1.0".into(),
+        image_pull_policy: None,
+        resources: None,
+        env_secret: Some("granary-object-store".into()),
+        dispatcher: "granary-dispatcher.granary-system.svc:7070".into(),
+        python_image: None,
+    };
+    let python_image = granary_operator::python::python_variant(&settings.image);
+    let mut files: Vec<PathBuf> = ["examples", "examples/python-stage"]
+        .iter()
+        .flat_map(|dir| {
+            std::fs::read_dir(root().join(dir)).expect("examples").map(|e| e.expect("an entry").path())
+        })
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut pods = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("an example");
+        for mut doc in documents(&text).into_iter().filter(|d| kind_of(d) == "InputPipeline") {
+            doc["metadata"]["namespace"] = json!("ml-team");
+            let pipeline: InputPipeline = serde_json::from_value(doc).expect("an InputPipeline");
+            let deployment = granary_operator::objects::deployment(&pipeline, &settings, &python_image);
+            let pod = deployment.spec.and_then(|s| s.template.spec).expect("a pod spec");
+            let name = format!("{} ({})", pipeline.metadata.name.unwrap_or_default(), file.display());
+            pods.push((name, serde_json::to_value(pod).expect("JSON")));
+        }
+    }
+    assert!(pods.len() >= 4, "too few example pipelines: {}", pods.len());
+    pods
+}
+
+#[test]
+fn every_pod_passes_the_restricted_pod_security_profile() {
+    let mut pods: Vec<(String, Value)> = Vec::new();
+    for (label, docs) in [("defaults", render_defaults()), ("every option", render_everything())] {
+        for doc in docs.iter().filter(|d| kind_of(d) == "Deployment") {
+            pods.push((format!("chart ({label}) {}", name_of(doc)), doc["spec"]["template"]["spec"].clone()));
+        }
+    }
+    pods.extend(worker_pod_specs().into_iter().map(|(name, pod)| (format!("workers of {name}"), pod)));
+    for (name, pod) in &pods {
+        let problems = restricted_problems(pod);
+        assert!(problems.is_empty(), "{name} fails the restricted profile:\n{}", problems.join("\n"));
+        if name.starts_with("workers") {
+            assert_eq!(pod["automountServiceAccountToken"], false, "{name} mounts a ServiceAccount token");
+        }
+    }
+
+    // The check finds what the profile forbids.
+    let (_, worker) = &pods[pods.len() - 1];
+    type Break = fn(&mut Value);
+    let breaks: [(&str, Break); 9] = [
+        ("hostNetwork", |p| p["hostNetwork"] = json!(true)),
+        ("privileged", |p| p["containers"][0]["securityContext"]["privileged"] = json!(true)),
+        ("allowPrivilegeEscalation", |p| {
+            p["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true)
+        }),
+        ("runAsNonRoot", |p| p["containers"][0]["securityContext"]["runAsNonRoot"] = json!(false)),
+        ("seccompProfile", |p| p["securityContext"]["seccompProfile"] = json!({"type": "Unconfined"})),
+        ("drop ALL", |p| {
+            p["containers"][0]["securityContext"]["capabilities"] = json!({"drop": ["NET_RAW"]})
+        }),
+        ("capability SYS_ADMIN", |p| {
+            p["containers"][0]["securityContext"]["capabilities"]["add"] = json!(["SYS_ADMIN"])
+        }),
+        ("hostPath", |p| {
+            p["volumes"]
+                .as_array_mut()
+                .expect("volumes")
+                .push(json!({"name": "host", "hostPath": {"path": "/"}}))
+        }),
+        ("runAsUser 0", |p| p["securityContext"]["runAsUser"] = json!(0)),
+    ];
+    for (what, break_it) in breaks {
+        let mut pod = worker.clone();
+        break_it(&mut pod);
+        assert!(!restricted_problems(&pod).is_empty(), "the restricted check misses {what}");
+    }
+    // Values loosening the operator's securityContext fail the check as well.
+    let loose = documents(&template("granary", &["--set", "securityContext.allowPrivilegeEscalation=true"]));
+    let pod = &one(&loose, "Deployment", None)["spec"]["template"]["spec"];
+    assert!(!restricted_problems(pod).is_empty(), "allowPrivilegeEscalation=true passes");
+}
+
+#[test]
+fn values_schema_rejects_bad_security_values() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cases = [
+        ("watchNamespaces: [ml-team, ml-team]\n", "watchNamespaces"),
+        ("watchNamespaces: [ML_Team]\n", "watchNamespaces"),
+        ("watchNamespaces: ml-team\n", "watchNamespaces"),
+        ("networkPolicy: {enabeld: true}\n", "enabeld"),
+        ("networkPolicy: {trainers: {labelKey: \"\"}}\n", "labelKey"),
+        ("networkPolicy: {trainers: {labelValue: \"not a value\"}}\n", "labelValue"),
+        ("networkPolicy: {prometheus: {podSelector: {matchLabel: {a: b}}}}\n", "matchLabel"),
+        ("networkPolicy: {workerNamespaces: [Bad]}\n", "workerNamespaces"),
+        ("podSecurityContext: {runAsUser: -1}\n", "runAsUser"),
+        ("podSecurityContext: {seccompProfile: {type: Default}}\n", "type"),
+        ("securityContext: {capabilities: {drop: ALL}}\n", "drop"),
+        ("aggregatedRoles: {enabled: \"yes\"}\n", "enabled"),
+    ];
+    for (i, (values, expected)) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&file, values).expect("a values file");
+        let out =
+            output(Command::new(helm_bin()).args(["template", "granary", "charts/granary", "-f"]).arg(&file));
+        let text = describe(&out);
+        assert!(!out.status.success(), "helm accepted {values:?}: {text}");
+        assert!(
+            text.contains("schema") && text.contains(expected),
+            "{values:?}: the error does not name {expected}: {text}"
+        );
     }
 }

@@ -92,3 +92,65 @@ such as `cpu: 2` arrive as numbers).
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}
+
+{{/*
+The namespaces the operator watches, as a JSON list (read it with `fromJsonArray`):
+`watchNamespaces` and the older `watchNamespace`, each once, in that order. Empty: every
+namespace.
+*/}}
+{{- define "granary.watchNamespaces" -}}
+{{- $all := concat (.Values.watchNamespaces | default list) (compact (list .Values.watchNamespace)) -}}
+{{- toJson (uniq $all) -}}
+{{- end -}}
+
+{{/*
+A namespaceSelector for the given namespaces (a list): their `kubernetes.io/metadata.name`
+label (set by the API server from Kubernetes 1.21), or every namespace when the list is empty.
+*/}}
+{{- define "granary.namespaceSelector" -}}
+{{- if . -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values:
+      {{- toYaml . | nindent 6 }}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The namespaces worker NetworkPolicies are rendered in: the watched namespaces, or, watching every
+namespace, the release namespace; plus `networkPolicy.workerNamespaces`; each once.
+*/}}
+{{- define "granary.workerPolicyNamespaces" -}}
+{{- $watched := include "granary.watchNamespaces" . | fromJsonArray -}}
+{{- $base := $watched | default (list .Release.Namespace) -}}
+{{- toJson (uniq (concat $base (.Values.networkPolicy.workerNamespaces | default list))) -}}
+{{- end -}}
+
+{{/* The operator's rules in each watched namespace: the `Watched` rows of rbac::PERMISSIONS. */}}
+{{- define "granary.watchedRules" -}}
+# InputPipelines: watched; finalizer added and removed; status written.
+- apiGroups: ["granary.dev"]
+  resources: ["inputpipelines"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["granary.dev"]
+  resources: ["inputpipelines/status"]
+  verbs: ["patch"]
+# The worker Deployment of each pipeline: watched, read, server-side applied, scaled.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "patch", "create"]
+- apiGroups: ["apps"]
+  resources: ["deployments/scale"]
+  verbs: ["get", "patch"]
+# The headless worker Service of each pipeline: watched, server-side applied.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch", "patch", "create"]
+# Events about pipelines (scaling and caching decisions).
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
