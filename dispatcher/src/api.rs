@@ -26,6 +26,11 @@ impl Dispatcher {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), DispatcherError> {
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &self.inner.tls {
+            let config = tls.server().ok_or(DispatcherError::NoCertificate)?;
+            server = server.tls_config(config.timeout(TLS_HANDSHAKE_TIMEOUT))?;
+        }
         let ticker = {
             let me = self.clone();
             tokio::spawn(async move {
@@ -50,7 +55,9 @@ impl Dispatcher {
             })
         };
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let result = tonic::transport::Server::builder()
+        let result = server
+            .timeout(REQUEST_TIMEOUT)
+            .concurrency_limit_per_connection(MAX_CONCURRENT_PER_CONNECTION)
             .tcp_nodelay(true)
             .http2_adaptive_window(Some(true))
             .add_service(self.service())
@@ -61,6 +68,16 @@ impl Dispatcher {
         result.map_err(DispatcherError::from)
     }
 }
+
+/// Longest one request may take before it is answered DEADLINE_EXCEEDED: every dispatcher
+/// request is short (none streams).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Requests one connection may have in flight at once; more wait.
+pub const MAX_CONCURRENT_PER_CONNECTION: usize = 256;
+
+/// Longest a TLS handshake may take: a client that connects and stalls is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest request the dispatcher accepts; its requests are small.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;

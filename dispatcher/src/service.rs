@@ -26,6 +26,9 @@ pub struct DispatcherConfig {
     /// The deployment's master key: with one, every request is authenticated and authorized
     /// (see [`crate::access`]); without, every caller is the owner (loopback use).
     pub auth_key: Option<granary_security::MasterKey>,
+    /// TLS for the gRPC API: the dispatcher's certificate and the CA its clients' certificates
+    /// must chain to. `None`: plaintext (loopback use).
+    pub tls: Option<granary_security::TlsMaterial>,
 }
 
 /// A failure starting or serving.
@@ -37,6 +40,9 @@ pub enum DispatcherError {
     /// The gRPC server failed.
     #[error("dispatcher server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// TLS is configured without a certificate of the dispatcher's own.
+    #[error("the dispatcher's TLS settings have no certificate and key of its own (tls.crt, tls.key)")]
+    NoCertificate,
     /// A pipeline could not be registered.
     #[error(transparent)]
     Refused(#[from] DispatchError),
@@ -55,6 +61,8 @@ pub(crate) struct Inner {
     pub(crate) evicting: tokio::sync::Mutex<()>,
     /// Access control, when authentication is on.
     pub(crate) access: Option<crate::access::Access>,
+    /// `DispatcherConfig::tls`.
+    pub(crate) tls: Option<granary_security::TlsMaterial>,
 }
 
 /// The dispatcher: cheap to clone, shared by the gRPC service and its host.
@@ -97,6 +105,7 @@ impl Dispatcher {
                 journal_writes: Default::default(),
                 evicting: tokio::sync::Mutex::new(()),
                 access: config.auth_key.as_ref().map(crate::access::Access::new),
+                tls: config.tls.clone(),
             }),
         })
     }

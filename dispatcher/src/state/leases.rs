@@ -439,7 +439,12 @@ impl State {
     pub fn give_back(&mut self, worker: &str, lease: u64, error: Option<&str>) -> Result<(), DispatchError> {
         let entry = match self.leases.get(&lease) {
             Some(l) if l.worker == worker => l,
-            _ => return Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
+            Some(_) => {
+                return Err(DispatchError::PermissionDenied(format!(
+                    "lease {lease} is held by another worker; only its holder gives it back"
+                )));
+            }
+            None => return Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
         };
         if let Some(error) = error.filter(|e| !e.is_empty()) {
             let (pipeline, job, replay) = (entry.pipeline.clone(), entry.job.clone(), entry.replay);
