@@ -104,7 +104,8 @@ pub fn explain(error: &Error) -> String {
     if forbidden {
         format!(
             "{text} (the operator's ServiceAccount lacks this permission: grant it as the Helm chart's \
-             ClusterRole does, see charts/granary/templates/rbac.yaml)"
+             ClusterRole (or, watching listed namespaces, its Roles) does, see \
+             charts/granary/templates/rbac.yaml)"
         )
     } else {
         text

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Helm release name: the chart's full name is then `granary`, which names the ServiceAccount,
-/// the Role and its binding; the ClusterRole is `granary-<namespace>`.
+/// the Roles and their bindings. (Watching listed namespaces, the chart renders no ClusterRole
+/// for the operator; the aggregated view/edit ClusterRoles are turned off here.)
 pub const RELEASE: &str = "granary";
 /// The kinds of the chart's objects that make up the operator's identity.
 const RBAC_KINDS: [&str; 5] = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
@@ -34,7 +35,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-/// The chart's ServiceAccount, ClusterRole, Role and bindings for a release in `ns` watching `ns`.
+/// The chart's ServiceAccount, Roles and bindings for a release in `ns` watching `ns`.
 pub fn chart_rbac(ns: &str) -> Result<Vec<Value>> {
     let chart = repo().join("charts/granary");
     let helm = helm_bin();
@@ -42,6 +43,7 @@ pub fn chart_rbac(ns: &str) -> Result<Vec<Value>> {
         .args(["template", RELEASE])
         .arg(&chart)
         .args(["--namespace", ns, "--set", &format!("watchNamespace={ns}")])
+        .args(["--set", "aggregatedRoles.enabled=false"])
         .output()
         .with_context(|| format!("running {} (scripts/test installs it)", helm.display()))?;
     ensure!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -55,29 +57,29 @@ pub fn chart_rbac(ns: &str) -> Result<Vec<Value>> {
     }
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     ensure!(
-        RBAC_KINDS.iter().all(|k| *k == "ClusterRoleBinding" || kinds.contains(k)),
-        "the chart rendered {kinds:?}, not a ServiceAccount, a ClusterRole, a Role and their bindings"
+        ["ServiceAccount", "Role", "RoleBinding"].iter().all(|k| kinds.contains(k)),
+        "the chart rendered {kinds:?}, not a ServiceAccount, Roles and their bindings"
     );
     Ok(objects)
 }
 
-/// Takes the rule that grants `verb` on `resource` out of the chart's ClusterRole (the other
-/// verbs of that rule stay); fails when no rule grants it.
+/// Takes the rule that grants `verb` on `resource` out of the chart's Roles and ClusterRoles (the
+/// other verbs of that rule stay); fails when no rule grants it.
 pub fn without_permission(objects: &mut [Value], resource: &str, verb: &str) -> Result<()> {
-    let role =
-        objects.iter_mut().find(|o| o["kind"] == "ClusterRole").context("the chart has no ClusterRole")?;
-    let rules = role["rules"].as_array_mut().context("the ClusterRole has no rules")?;
     let mut found = false;
-    for rule in rules.iter_mut() {
-        let grants = rule["resources"].as_array().is_some_and(|r| r.iter().any(|r| r == resource));
-        if let (true, Some(verbs)) = (grants, rule["verbs"].as_array_mut()) {
-            let before = verbs.len();
-            verbs.retain(|v| v != verb);
-            found |= verbs.len() < before;
+    for role in objects.iter_mut().filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role") {
+        let Some(rules) = role["rules"].as_array_mut() else { continue };
+        for rule in rules.iter_mut() {
+            let grants = rule["resources"].as_array().is_some_and(|r| r.iter().any(|r| r == resource));
+            if let (true, Some(verbs)) = (grants, rule["verbs"].as_array_mut()) {
+                let before = verbs.len();
+                verbs.retain(|v| v != verb);
+                found |= verbs.len() < before;
+            }
         }
+        rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
     }
-    rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
-    ensure!(found, "no rule of the ClusterRole grants {verb} on {resource}");
+    ensure!(found, "no rule of the chart's roles grants {verb} on {resource}");
     Ok(())
 }
 

@@ -11,7 +11,7 @@
 //! `granary operator` as a child process of the test, outside the cluster, authenticated as that
 //! ServiceAccount (never as admin), watching only that namespace. At the end it deletes the
 //! pipelines (while the operator still runs, so that it removes its finalizer), stops the operator
-//! and deletes the namespace and the chart's ClusterRole, also when the test failed.
+//! and deletes the namespace and any cluster-scoped object it applied, also when the test failed.
 //!
 //! The API server may be as old as Kubernetes 1.20 and may run alone, without
 //! kube-controller-manager, scheduler or nodes:

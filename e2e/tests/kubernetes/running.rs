@@ -210,7 +210,7 @@ fn operator_dashboard(prometheus: &Prometheus, began: f64, ended: f64) -> Result
     Ok(exprs.len())
 }
 
-/// The chart's ClusterRole without `patch` on `deployments/scale`: the operator cannot size the
+/// The chart's roles without `patch` on `deployments/scale`: the operator cannot size the
 /// pool, and says so in status and in a Warning Event; with the permission back it recovers.
 pub async fn missing_permission(c: Cluster) -> Result<()> {
     let name = "unscalable";
