@@ -10,9 +10,11 @@
 //!   one pipeline, the trainers of one pipeline), checked without any stored state;
 //! - [`capability`]: the dispatcher's signed, expiring permission for one consumer of one job to
 //!   stream batches, which workers check with the dispatcher's public key only;
-//! - [`principal`]: who made a gRPC request, from its certificate or its bearer token.
+//! - [`principal`]: who made a gRPC request, from its certificate or its bearer token;
+//! - [`bearer`]: the caller's side: sending a token with every request.
 
 pub mod authority;
+pub mod bearer;
 pub mod capability;
 pub mod key;
 pub mod principal;
@@ -20,6 +22,7 @@ pub mod tls;
 pub mod token;
 
 pub use authority::{Authority, Issued};
+pub use bearer::{Bearer, BearerError, TOKEN_ENV, read_token};
 pub use capability::{Capability, CapabilityError, CapabilitySigner, CapabilityVerifier};
 pub use key::MasterKey;
 pub use principal::{Authenticator, Principal};

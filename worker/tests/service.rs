@@ -64,6 +64,8 @@ struct Stub {
     lease: Lease,
     forget_once: bool,
     seen: Arc<Mutex<Seen>>,
+    /// What RegisterWorker answers as the capability key (empty: none).
+    capability_key: Vec<u8>,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -92,6 +94,7 @@ impl Dispatcher for Stub {
             heartbeat_interval_ms: 100,
             lease_duration_ms: 4000,
             revoked: vec![],
+            capability_key: self.capability_key.clone(),
         }))
     }
     async fn worker_heartbeat(
@@ -160,6 +163,7 @@ async fn start_stub(
     manifest: &granary_crds::Manifest,
     parts: Vec<Part>,
     forget_once: bool,
+    capability_key: Vec<u8>,
 ) -> (SocketAddr, Arc<Mutex<Seen>>) {
     let info = PipelineInfo {
         name: PIPELINE.into(),
@@ -188,7 +192,7 @@ async fn start_stub(
         listed: 16,
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen) };
+    let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen), capability_key };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -232,17 +236,7 @@ fn config(dispatcher: SocketAddr, drain: Duration) -> WorkerConfig {
 
 /// Reads one consumer's stream up to its split end.
 async fn read_split(addr: SocketAddr, consumer: u32) -> Vec<BatchPart> {
-    let mut client = WorkerClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
-        .max_decoding_message_size(granary_proto::MAX_MESSAGE_BYTES);
-    let request = StreamBatchesRequest {
-        pipeline: PIPELINE.into(),
-        job: JOB.into(),
-        consumer_index: consumer,
-        client_id: "c".into(),
-    };
-    let mut stream = client.stream_batches(request).await.unwrap().into_inner();
+    let mut stream = open_stream(addr, consumer, String::new()).await.unwrap();
     let mut parts = Vec::new();
     loop {
         let message = tokio::time::timeout(Duration::from_secs(60), stream.message()).await.unwrap().unwrap();
@@ -255,6 +249,26 @@ async fn read_split(addr: SocketAddr, consumer: u32) -> Vec<BatchPart> {
             None => panic!("the stream ended before the split's end"),
         }
     }
+}
+
+/// Opens consumer `consumer`'s stream, presenting `capability`.
+async fn open_stream(
+    addr: SocketAddr,
+    consumer: u32,
+    capability: String,
+) -> Result<tonic::Streaming<granary_proto::v1::StreamMessage>, Status> {
+    let mut client = WorkerClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .max_decoding_message_size(granary_proto::MAX_MESSAGE_BYTES);
+    let request = StreamBatchesRequest {
+        pipeline: PIPELINE.into(),
+        job: JOB.into(),
+        consumer_index: consumer,
+        client_id: "c".into(),
+        capability,
+    };
+    client.stream_batches(request).await.map(|r| r.into_inner())
 }
 
 async fn wait_for(seen: &Mutex<Seen>, what: &str, done: impl Fn(&Seen) -> bool) {
@@ -285,7 +299,7 @@ fn a_leased_split_streams_its_parts_to_each_consumer() {
 async fn stream_and_check(manifest: granary_crds::Manifest, keys: Vec<String>, tensors: Vec<Column>) {
     // Whole batches, a part inside a batch, a part straddling two batches, dropped rows [15, 16).
     let parts = vec![part(0, 4, 0, 0), part(4, 8, 0, 1), part(8, 10, 1, 0), part(10, 15, 1, 1)];
-    let (dispatcher, seen) = start_stub(&manifest, parts, true).await;
+    let (dispatcher, seen) = start_stub(&manifest, parts, true, Vec::new()).await;
     let service = WorkerService::bind(config(dispatcher, Duration::from_secs(5))).await.unwrap();
     let addr = service.local_addr();
     assert_eq!(service.advertised(), addr.to_string());
@@ -337,7 +351,7 @@ fn a_drain_returns_the_lease_a_consumer_never_took() {
 
 async fn drain_and_check(manifest: granary_crds::Manifest) {
     let parts = vec![part(0, 4, 0, 0), part(4, 8, 1, 0), part(8, 12, 2, 0), part(12, 16, 3, 0)];
-    let (dispatcher, seen) = start_stub(&manifest, parts, false).await;
+    let (dispatcher, seen) = start_stub(&manifest, parts, false, Vec::new()).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let worker =
         tokio::spawn(granary_worker::service::serve(config(dispatcher, Duration::from_millis(500)), async {
@@ -356,4 +370,67 @@ async fn drain_and_check(manifest: granary_crds::Manifest) {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.returned, vec![7]);
     assert!(seen.completed.is_empty());
+}
+
+#[test]
+fn a_worker_that_authenticates_streams_only_with_the_dispatchers_capability() {
+    dataset("service-capability", 20);
+    runtime().block_on(capabilities_and_check(manifest("service-capability")));
+}
+
+async fn capabilities_and_check(manifest: granary_crds::Manifest) {
+    use granary_security::{Capability, CapabilitySigner, MasterKey};
+    let signer = CapabilitySigner::new(&MasterKey::generate().unwrap());
+    let parts = vec![part(0, 8, 0, 0), part(8, 16, 1, 0)];
+    let (dispatcher, seen) = start_stub(&manifest, parts, false, signer.public_key()).await;
+    let config =
+        WorkerConfig { token: Some("gr1.worker.x.y".into()), ..config(dispatcher, Duration::from_secs(5)) };
+    let service = WorkerService::bind(config).await.unwrap();
+    let addr = service.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(service.run(async {
+        let _ = stopped.await;
+    }));
+    wait_for(&seen, "RegisterWorker", |s| !s.registrations.is_empty()).await;
+    let far = u64::MAX / 2;
+    let capability = |consumer: u32, expires_ms: u64| Capability {
+        pipeline: PIPELINE.into(),
+        job: JOB.into(),
+        consumer,
+        expires_ms,
+    };
+    let code = |result: Result<_, Status>| result.err().map(|s| s.code());
+    // Wait until the key arrived with the registration (the gate refuses with UNAVAILABLE before).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while code(open_stream(addr, 0, String::new()).await) == Some(tonic::Code::Unavailable) {
+        assert!(std::time::Instant::now() < deadline, "the worker never got the capability key");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code(open_stream(addr, 0, String::new()).await), Some(tonic::Code::Unauthenticated), "none");
+    let forged = CapabilitySigner::new(&MasterKey::generate().unwrap()).sign(&capability(0, far));
+    assert_eq!(code(open_stream(addr, 0, forged).await), Some(tonic::Code::PermissionDenied), "forged");
+    let expired = signer.sign(&capability(0, 1));
+    assert_eq!(code(open_stream(addr, 0, expired).await), Some(tonic::Code::PermissionDenied), "expired");
+    let other = signer.sign(&capability(1, far));
+    assert_eq!(
+        code(open_stream(addr, 0, other).await),
+        Some(tonic::Code::PermissionDenied),
+        "another consumer"
+    );
+    let wrong_pipeline = signer.sign(&Capability { pipeline: "other".into(), ..capability(0, far) });
+    assert_eq!(code(open_stream(addr, 0, wrong_pipeline).await), Some(tonic::Code::PermissionDenied));
+    // The dispatcher's own capability streams the split.
+    let mut stream = open_stream(addr, 0, signer.sign(&capability(0, far))).await.unwrap();
+    let mut rows = 0;
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(60), stream.message()).await.unwrap().unwrap();
+        match message.and_then(|m| m.kind) {
+            Some(stream_message::Kind::Part(p)) => rows += p.hi - p.lo,
+            Some(stream_message::Kind::SplitEnd(_)) => break,
+            None => panic!("the stream ended before the split's end"),
+        }
+    }
+    assert_eq!(rows, 16);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), worker).await.unwrap().unwrap().unwrap();
 }

@@ -41,6 +41,15 @@ pub struct WorkerArgs {
     /// Seconds a drain (SIGTERM) waits for the held leases before returning them.
     #[arg(long, default_value_t = 20.0)]
     pub drain_timeout: f64,
+    /// Folder with the TLS material: `ca.crt` (the CA the dispatcher's certificate chains to),
+    /// and `tls.crt` and `tls.key` (this worker's certificate, which its consumers check). With
+    /// it, both the dispatcher link and the consumer streams use TLS.
+    #[arg(long, env = "GRANARY_TLS_DIR", value_name = "DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
+    /// File holding this worker's bearer token for the dispatcher (default: `GRANARY_TOKEN`).
+    /// With a token, every consumer stream must present the dispatcher's capability.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// Runs `granary worker` until SIGTERM or Ctrl-C, then drains.
@@ -60,6 +69,16 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         drain_timeout,
         leases_ahead: 2,
         metrics_addr: args.metrics_addr,
+        tls: match &args.tls_dir {
+            Some(dir) => Some(
+                granary_security::TlsFiles::in_dir(dir)
+                    .load()
+                    .map_err(|e| crate::exit::InvalidInput(format!("--tls-dir: {e}")))?,
+            ),
+            None => None,
+        },
+        token: granary_security::read_token(args.token_file.as_deref())
+            .map_err(|e| crate::exit::InvalidInput(format!("--token-file: {e}")))?,
     };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
     let runtime = tokio::runtime::Builder::new_multi_thread()

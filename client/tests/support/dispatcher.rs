@@ -138,6 +138,7 @@ impl Dispatcher for FakeDispatcher {
             heartbeat_interval_ms: state.heartbeat_ms,
             plan_fingerprint: 42,
             workers,
+            ..Default::default()
         }))
     }
 
@@ -151,7 +152,7 @@ impl Dispatcher for FakeDispatcher {
             return Err(Status::not_found("unknown client"));
         }
         state.heartbeats.push(request.into_inner());
-        Ok(Response::new(ClientHeartbeatResponse { workers, failed: String::new() }))
+        Ok(Response::new(ClientHeartbeatResponse { workers, ..Default::default() }))
     }
 
     async fn get_epoch_plan(

@@ -14,7 +14,6 @@ use super::metrics::{Counters, Inputs, Sampler};
 use super::producer::{Producer, ProducerError};
 use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::{EngineError, EngineOptions};
-use granary_proto::v1::dispatcher_client::DispatcherClient;
 use granary_proto::v1::{
     CacheOutcome, CacheProfile, CompleteSplitRequest, CountSplitRequest, GetPipelineRequest, Lease,
     LeaseSplitRequest, RegisterWorkerRequest, ReportCacheProfileRequest, ReturnLeaseRequest,
@@ -27,7 +26,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// Heartbeat interval until the dispatcher tells another.
@@ -100,7 +98,9 @@ enum StartError {
 /// The agent.
 pub struct Agent {
     config: AgentConfig,
-    client: DispatcherClient<Channel>,
+    client: super::Dispatcher,
+    /// Where the dispatcher's capability key goes once registered.
+    gate: Arc<super::server::CapabilityGate>,
     queues: Arc<Queues>,
     leases: Leases,
     counters: Arc<Counters>,
@@ -115,14 +115,16 @@ impl Agent {
     /// producers report to (hand it to [`Agent::run`]).
     pub fn new(
         config: AgentConfig,
-        client: DispatcherClient<Channel>,
+        client: super::Dispatcher,
         queues: Arc<Queues>,
         exposition: Option<Arc<Exposition>>,
+        gate: Arc<super::server::CapabilityGate>,
     ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
         let (events, events_rx) = mpsc::unbounded_channel();
         let agent = Agent {
             config,
             client,
+            gate,
             queues,
             leases: Leases::default(),
             counters: Arc::new(Counters::default()),
@@ -170,7 +172,7 @@ impl Agent {
         }
     }
 
-    fn client(&self) -> DispatcherClient<Channel> {
+    fn client(&self) -> super::Dispatcher {
         self.client.clone()
     }
 
@@ -213,6 +215,7 @@ impl Agent {
         if let Some(exposition) = &self.exposition {
             exposition.set_worker(&response.worker_id);
         }
+        self.gate.set_key(response.capability_key);
         let revoked = self.leases.revoke(&response.revoked);
         tracing::info!(
             worker_id = %response.worker_id,

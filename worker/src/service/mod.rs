@@ -29,12 +29,14 @@ use crate::engine::EngineOptions;
 use exposition::Exposition;
 use granary_proto::MAX_MESSAGE_BYTES;
 use granary_proto::v1::dispatcher_client::DispatcherClient;
+use granary_security::Bearer;
 use granary_telemetry::MetricsServer;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// Parts each consumer queue holds before producing waits.
@@ -61,6 +63,12 @@ pub struct WorkerConfig {
     pub leases_ahead: usize,
     /// Serve Prometheus metrics at `GET /metrics` on this address.
     pub metrics_addr: Option<SocketAddr>,
+    /// TLS: the worker's certificate (for its `Worker` service), and the CA the dispatcher's
+    /// certificate must chain to. `None`: plaintext both ways.
+    pub tls: Option<granary_security::TlsMaterial>,
+    /// The bearer token the worker presents to the dispatcher (a worker token of its pipeline).
+    /// With one, the worker also requires a dispatcher-signed capability on every stream.
+    pub token: Option<String>,
 }
 
 impl WorkerConfig {
@@ -78,6 +86,8 @@ impl WorkerConfig {
             drain_timeout: Duration::from_secs(20),
             leases_ahead: 2,
             metrics_addr: None,
+            tls: None,
+            token: None,
         }
     }
 }
@@ -104,6 +114,12 @@ pub enum ServiceError {
     /// The gRPC server failed.
     #[error("the worker's gRPC server failed: {0}")]
     Server(#[from] tonic::transport::Error),
+    /// TLS is on without a certificate of the worker's own.
+    #[error("the worker's TLS settings have no certificate and key of its own (tls.crt, tls.key)")]
+    NoCertificate,
+    /// The token cannot be sent.
+    #[error(transparent)]
+    Token(#[from] granary_security::BearerError),
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] granary_telemetry::TelemetryError),
@@ -174,11 +190,17 @@ impl WorkerService {
             server.spawn(async move { drop(metrics_stopped.await) });
             exposition
         });
-        let client = connect(&config.dispatcher)?;
+        let client = connect(&config.dispatcher, config.tls.as_ref(), config.token.as_deref())?;
+        let server_tls = match &config.tls {
+            Some(tls) => Some(tls.server().ok_or(ServiceError::NoCertificate)?),
+            None => None,
+        };
         let queues = Arc::new(queues::Queues::new(QUEUE_CAPACITY));
         let (stop_server, server_stopped) = oneshot::channel();
-        let api = server::WorkerApi::new(Arc::clone(&queues), config.pipeline.clone());
-        let server = server::spawn(listener, api, server_stopped);
+        let gate = Arc::new(server::CapabilityGate::new(config.token.is_some()));
+        let api =
+            server::WorkerApi::new(Arc::clone(&queues), config.pipeline.clone()).with_gate(Arc::clone(&gate));
+        let server = server::spawn(listener, api, server_tls, server_stopped)?;
         tracing::info!(
             listen = %local_addr,
             advertise = %advertise,
@@ -203,7 +225,7 @@ impl WorkerService {
             leases_ahead: config.leases_ahead.max(1),
             drain_timeout: config.drain_timeout,
         };
-        let (agent, events) = agent::Agent::new(agent_config, client, Arc::clone(&queues), exposition);
+        let (agent, events) = agent::Agent::new(agent_config, client, Arc::clone(&queues), exposition, gate);
         agent.run(events, shutdown).await;
         // Every stream ends, so that the server can close its connections.
         queues.close();
@@ -225,18 +247,31 @@ pub async fn serve(config: WorkerConfig, shutdown: impl Future<Output = ()>) -> 
     WorkerService::bind(config).await?.run(shutdown).await
 }
 
-/// A lazily connected dispatcher client: calls made while the dispatcher is down fail fast and
-/// later calls reconnect.
-fn connect(address: &str) -> Result<DispatcherClient<Channel>, ServiceError> {
-    let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
-    let endpoint = Endpoint::from_shared(uri)
-        .map_err(|e| ServiceError::Dispatcher { address: address.to_string(), message: e.to_string() })?
+/// The worker's dispatcher client: a channel that sends the worker's token with each call.
+pub(crate) type Dispatcher = DispatcherClient<InterceptedService<Channel, Bearer>>;
+
+/// A lazily connected dispatcher client (over TLS with `tls`, presenting `token`): calls made
+/// while the dispatcher is down fail fast and later calls reconnect.
+fn connect(
+    address: &str,
+    tls: Option<&granary_security::TlsMaterial>,
+    token: Option<&str>,
+) -> Result<Dispatcher, ServiceError> {
+    let bad = |message: String| ServiceError::Dispatcher { address: address.to_string(), message };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = if address.contains("://") { address.to_string() } else { format!("{scheme}://{address}") };
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|e| bad(e.to_string()))?;
+    if let Some(tls) = tls {
+        let host = endpoint.uri().host().unwrap_or("localhost").to_string();
+        endpoint = endpoint.tls_config(tls.client(&host)).map_err(|e| bad(e.to_string()))?;
+    }
+    let endpoint = endpoint
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true);
-    Ok(DispatcherClient::new(endpoint.connect_lazy())
+    Ok(DispatcherClient::with_interceptor(endpoint.connect_lazy(), Bearer::new(token)?)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
