@@ -62,6 +62,23 @@ impl Access {
         self.auth.principal(request)
     }
 
+    /// Whether the bindings grew to half their bound: time to drop those of workers, sessions
+    /// and jobs the state no longer has.
+    pub(crate) fn crowded(&self) -> bool {
+        let bound = self.bound();
+        [bound.workers.len(), bound.clients.len(), bound.jobs.len()]
+            .into_iter()
+            .any(|n| n >= MAX_BINDINGS / 2)
+    }
+
+    /// Keeps only the bindings of what the state still has.
+    pub(crate) fn prune(&self, live: &crate::state::LiveIds) {
+        let mut bound = self.bound();
+        bound.workers.retain(|id, _| live.workers.contains(id));
+        bound.clients.retain(|id, _| live.clients.contains(id));
+        bound.jobs.retain(|key, _| live.jobs.contains(key));
+    }
+
     /// The public key workers check capabilities with.
     pub(crate) fn capability_key(&self) -> Vec<u8> {
         self.signer.public_key()

@@ -94,6 +94,17 @@ impl Dispatcher {
         let who = access.map(|a| a.principal(request)).transpose()?;
         Ok(Caller { access, who })
     }
+
+    /// Drops the access bindings of workers, sessions and jobs gone from the state, once they
+    /// grew large.
+    fn prune_access(&self) {
+        if let Some(access) = &self.inner.access
+            && access.crowded()
+        {
+            let live = self.state().live_ids();
+            access.prune(&live);
+        }
+    }
 }
 
 /// Refuses an empty required field, naming it.
@@ -148,6 +159,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
         caller.register_worker(&req.worker_id, &req.pipeline)?;
+        self.prune_access();
         let (worker_id, revoked) = self.mutate(|s, now| s.register_worker(&req, now)).await?;
         caller.bind_worker(&worker_id)?;
         let timing = self.state().timing();
@@ -247,6 +259,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
         let job = if req.job.is_empty() { &req.pipeline } else { &req.job };
+        self.prune_access();
         caller.join_job(&req.pipeline, job)?;
         let mut response = self.mutate(|s, now| s.register_client(&req, now)).await?;
         caller.bind_client(&response.client_id)?;

@@ -57,6 +57,17 @@ pub enum DispatchError {
     PermissionDenied(String),
 }
 
+/// The ids the state holds, see [`State::live_ids`].
+#[derive(Debug, Default)]
+pub struct LiveIds {
+    /// Registered workers.
+    pub workers: std::collections::HashSet<String>,
+    /// Client sessions of every consumer.
+    pub clients: std::collections::HashSet<String>,
+    /// `(pipeline, job)`.
+    pub jobs: std::collections::HashSet<(String, String)>,
+}
+
 /// Attempts at producing one split of one epoch that may fail (the worker reports an error)
 /// before its pipeline fails. Leases that expire (a worker that died) do not count.
 pub const MAX_SPLIT_ATTEMPTS: u32 = 3;
@@ -395,6 +406,19 @@ impl State {
             worker_counts: BTreeMap::new(),
             private: false,
         }
+    }
+
+    /// The ids of the registered workers, the open client sessions and the jobs: what access
+    /// bindings may refer to.
+    pub fn live_ids(&self) -> LiveIds {
+        let mut live = LiveIds { workers: self.workers.keys().cloned().collect(), ..LiveIds::default() };
+        for (name, p) in &self.pipelines {
+            for (job_name, job) in &p.jobs {
+                live.jobs.insert((name.clone(), job_name.clone()));
+                live.clients.extend(job.consumers.values().map(|c| c.client_id.clone()));
+            }
+        }
+        live
     }
 
     /// Keeps other pipelines' names out of error messages (authentication is on).
