@@ -56,6 +56,12 @@ pub struct RunArgs {
     /// With `--serve`: exit once every consumer of every job delivered all epochs.
     #[arg(long, requires = "serve")]
     pub exit_when_done: bool,
+    /// With `--serve`: TLS and authentication on every endpoint. The run makes a CA, the
+    /// dispatcher's and workers' certificates and a trainer token in a private folder (removed
+    /// at exit) and adds `"tls_ca"` and `"token_file"` to the ready line: a trainer sets
+    /// `GRANARY_TLS_CA` to the first and `GRANARY_TOKEN` to the contents of the second.
+    #[arg(long, requires = "serve")]
+    pub tls: bool,
     /// With workers: apply a final `float32` `image.normalize` on the workers and send `float32`
     /// over the wire, instead of `uint8` that the client finishes (the default; same values).
     #[arg(long)]

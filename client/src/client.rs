@@ -110,7 +110,9 @@ impl Client {
     pub async fn open(options: ClientOptions) -> Result<Client, ClientError> {
         let address = options.dispatcher_address()?;
         let registration = Registration::new(&options)?;
-        let mut dispatcher = dispatcher::connect(&address).await?;
+        let tls = options.tls()?;
+        let token = options.token()?;
+        let mut dispatcher = dispatcher::connect(&address, tls.as_ref(), token.as_deref()).await?;
         let response = dispatcher::register(&mut dispatcher, &address, registration.request.clone()).await?;
         let consumer = registration.consumer(&response)?;
         tracing::info!(
@@ -132,6 +134,7 @@ impl Client {
             registration.delivered.clone(),
         ));
         session.set_capability(response.capability.clone());
+        session.set_tls(tls);
         let mut assembler = Assembler::new(response.epochs);
         if registration.epoch < response.epochs {
             let plan = dispatcher::fetch_plan(&mut dispatcher, &session, registration.epoch).await?;

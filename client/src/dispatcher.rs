@@ -5,6 +5,8 @@ use std::sync::Arc;
 use granary_proto::MAX_MESSAGE_BYTES;
 use granary_proto::v1::dispatcher_client::DispatcherClient;
 use granary_proto::v1::{GetEpochPlanRequest, RegisterClientRequest, RegisterClientResponse};
+use granary_security::{Bearer, TlsMaterial};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::backoff::Backoff;
@@ -14,17 +16,22 @@ use crate::plan::Plan;
 use crate::session::Session;
 use crate::task::TaskGuard;
 
-/// A dispatcher connection.
-pub(crate) type Dispatcher = DispatcherClient<Channel>;
+/// A dispatcher connection, sending the trainer's token with each call.
+pub(crate) type Dispatcher = DispatcherClient<InterceptedService<Channel, Bearer>>;
 
-/// Connects to the dispatcher at `address`, failing fast when it is unreachable. The channel
-/// reconnects by itself afterwards.
-pub(crate) async fn connect(address: &str) -> Result<Dispatcher, ClientError> {
-    let endpoint = endpoint::endpoint(address)?.timeout(CALL_TIMEOUT);
+/// Connects to the dispatcher at `address` (over TLS with `tls`, presenting `token`), failing
+/// fast when it is unreachable. The channel reconnects by itself afterwards.
+pub(crate) async fn connect(
+    address: &str,
+    tls: Option<&TlsMaterial>,
+    token: Option<&str>,
+) -> Result<Dispatcher, ClientError> {
+    let bearer = Bearer::new(token).map_err(|e| ClientError::InvalidOptions(e.to_string()))?;
+    let endpoint = endpoint::endpoint(address, tls)?.timeout(CALL_TIMEOUT);
     let channel = endpoint::connect(&endpoint)
         .await
         .map_err(|reason| ClientError::Unreachable { address: address.to_owned(), reason })?;
-    Ok(DispatcherClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(DispatcherClient::with_interceptor(channel, bearer).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Registers a consumer.

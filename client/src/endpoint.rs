@@ -5,6 +5,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::ClientError;
+use granary_security::TlsMaterial;
 
 /// Limit on establishing a TCP connection.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -18,19 +19,23 @@ const WINDOW_BYTES: u32 = 32 << 20;
 /// Largest HTTP/2 frame the peer may send us.
 const MAX_FRAME_BYTES: u32 = 1 << 20;
 
-/// `http://host:port` for `host:port`; addresses with a scheme are kept.
-pub(crate) fn normalize(address: &str) -> String {
+/// `http://host:port` (`https://` with `tls`) for `host:port`; addresses with a scheme are kept.
+pub(crate) fn normalize(address: &str, tls: bool) -> String {
     let address = address.trim().trim_end_matches('/');
-    if address.contains("://") { address.to_owned() } else { format!("http://{address}") }
+    let scheme = if tls { "https" } else { "http" };
+    if address.contains("://") { address.to_owned() } else { format!("{scheme}://{address}") }
 }
 
-/// An endpoint for `address` with the data-plane transport settings.
-pub(crate) fn endpoint(address: &str) -> Result<Endpoint, ClientError> {
-    let uri = normalize(address);
-    let endpoint = Endpoint::from_shared(uri).map_err(|error| ClientError::InvalidAddress {
-        address: address.to_owned(),
-        reason: error.to_string(),
-    })?;
+/// An endpoint for `address` with the data-plane transport settings, over TLS with `tls` (the
+/// server's certificate must name the host dialled).
+pub(crate) fn endpoint(address: &str, tls: Option<&TlsMaterial>) -> Result<Endpoint, ClientError> {
+    let invalid = |reason: String| ClientError::InvalidAddress { address: address.to_owned(), reason };
+    let uri = normalize(address, tls.is_some());
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|error| invalid(error.to_string()))?;
+    if let Some(tls) = tls {
+        let host = endpoint.uri().host().unwrap_or_default().trim_matches(['[', ']']).to_owned();
+        endpoint = endpoint.tls_config(tls.client(&host)).map_err(|error| invalid(error.to_string()))?;
+    }
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
@@ -58,9 +63,10 @@ mod tests {
 
     #[test]
     fn normalizes_addresses() {
-        assert_eq!(normalize("localhost:7070"), "http://localhost:7070");
-        assert_eq!(normalize("http://10.0.0.1:7070/"), "http://10.0.0.1:7070");
-        assert!(endpoint("localhost:7070").is_ok());
-        assert!(matches!(endpoint("bad address:x"), Err(ClientError::InvalidAddress { .. })));
+        assert_eq!(normalize("localhost:7070", false), "http://localhost:7070");
+        assert_eq!(normalize("localhost:7070", true), "https://localhost:7070");
+        assert_eq!(normalize("http://10.0.0.1:7070/", true), "http://10.0.0.1:7070");
+        assert!(endpoint("localhost:7070", None).is_ok());
+        assert!(matches!(endpoint("bad address:x", None), Err(ClientError::InvalidAddress { .. })));
     }
 }

@@ -46,6 +46,8 @@ pub(crate) struct Session {
     client_id: Mutex<String>,
     /// The dispatcher's stream capability (empty when it has authentication off).
     capability: Mutex<String>,
+    /// TLS to the workers, when the client dials TLS.
+    tls: Mutex<Option<granary_security::TlsMaterial>>,
     progress: Mutex<Progress>,
 }
 
@@ -70,6 +72,7 @@ impl Session {
             address,
             client_id: Mutex::new(client_id),
             capability: Mutex::new(String::new()),
+            tls: Mutex::new(None),
             progress: Mutex::new(progress),
         }
     }
@@ -95,6 +98,16 @@ impl Session {
         if !capability.is_empty() {
             *self.capability.lock().unwrap_or_else(PoisonError::into_inner) = capability;
         }
+    }
+
+    /// TLS settings for worker streams (`None`: plaintext).
+    pub(crate) fn tls(&self) -> Option<granary_security::TlsMaterial> {
+        self.tls.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Dials workers with `tls`.
+    pub(crate) fn set_tls(&self, tls: Option<granary_security::TlsMaterial>) {
+        *self.tls.lock().unwrap_or_else(PoisonError::into_inner) = tls;
     }
 
     /// The progress, locked.

@@ -70,7 +70,7 @@ impl WorkerStreams {
             if self.tasks.contains_key(&address) {
                 continue;
             }
-            let endpoint = match endpoint::endpoint(&address) {
+            let endpoint = match endpoint::endpoint(&address, self.session.tls().as_ref()) {
                 Ok(endpoint) => endpoint,
                 Err(error) => {
                     tracing::warn!(%error, "skipping a worker");

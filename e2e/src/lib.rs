@@ -145,6 +145,8 @@ pub struct Dispatcher {
     pub proc: Proc,
     /// `host:port`.
     pub address: String,
+    /// Its ready line (`dispatcher`, `pipeline`, and with `--tls` `tls_ca` and `token_file`).
+    pub ready: serde_json::Value,
     /// The lines it prints after the ready line.
     pub lines: std::sync::mpsc::Receiver<String>,
 }
@@ -180,7 +182,7 @@ pub fn start_dispatcher_with(manifest: &Path, listen: &str, journal: &Path, extr
         rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its address within 60 s");
     let v: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
     let address = v["dispatcher"].as_str().expect("dispatcher address").to_string();
-    Dispatcher { proc, address, lines: rx }
+    Dispatcher { proc, address, ready: v, lines: rx }
 }
 
 /// Starts a worker process.
@@ -229,9 +231,17 @@ pub fn start_consumer(dispatcher: &str, args: &[&str]) -> Consumer {
 
 /// Starts `granary-e2e-consume` with `args` after `--dispatcher ADDR --pipeline PIPELINE`.
 pub fn start_consumer_for(dispatcher: &str, pipeline: &str, args: &[&str]) -> Consumer {
+    start_consumer_env(dispatcher, pipeline, args, &[])
+}
+
+/// [`start_consumer_for`] with environment variables `env` set (`GRANARY_TOKEN`, …).
+pub fn start_consumer_env(dispatcher: &str, pipeline: &str, args: &[&str], env: &[(&str, &str)]) -> Consumer {
     let mut child = Command::new(consume_bin())
         .args(["--dispatcher", dispatcher, "--pipeline", pipeline])
         .args(args)
+        .env_remove("GRANARY_TOKEN")
+        .env_remove("GRANARY_TLS_CA")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .expect("consumer starts");

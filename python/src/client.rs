@@ -101,8 +101,17 @@ impl Client {
             Some(bytes) => Some(Position::from_bytes(bytes).map_err(|error| errors::to_py(py, error))?),
             None => None,
         };
-        let options =
-            ClientOptions { dispatcher, pipeline, job, mode, consumer_index, num_consumers, resume };
+        let options = ClientOptions {
+            dispatcher,
+            pipeline,
+            job,
+            mode,
+            consumer_index,
+            num_consumers,
+            resume,
+            token: None,
+            tls: None,
+        };
         let client = py.detach(|| BlockingClient::open(options)).map_err(|error| errors::to_py(py, error))?;
         let inner = client.client();
         let info = Info {

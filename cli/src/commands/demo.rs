@@ -73,6 +73,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             max_workers: None,
             serve: None,
             exit_when_done: false,
+            tls: false,
             journal: None,
             normalize_on_worker: false,
             metrics_addr: None,

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod consume;
 pub mod interrupt;
+pub mod secure;
 pub mod service;
 
 use crate::args::{RunArgs, engine_options};
@@ -78,6 +79,7 @@ fn options(
         python: args.python.path.clone(),
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: args.metrics_addr,
+        tls: args.tls,
     })
 }
 
@@ -149,10 +151,13 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
             local = service::LocalService::start(manifest, &options) => local?,
             _ = signals.recv() => return Ok(ExitCode::SUCCESS),
         };
-        println!(
-            "{}",
-            serde_json::json!({"dispatcher": local.address.to_string(), "pipeline": local.pipeline})
-        );
+        let mut ready =
+            serde_json::json!({"dispatcher": local.address.to_string(), "pipeline": local.pipeline});
+        if let Some(credentials) = local.credentials() {
+            ready["tls_ca"] = credentials.ca_file().display().to_string().into();
+            ready["token_file"] = credentials.trainer_token_file().display().to_string().into();
+        }
+        println!("{ready}");
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {

@@ -46,6 +46,8 @@ pub struct LocalService {
     pub pipeline: String,
     plane: ControlPlane,
     scaling: Option<Scaling>,
+    /// The run's credentials, with `tls`.
+    credentials: Option<super::secure::Credentials>,
 }
 
 /// What to start.
@@ -69,6 +71,8 @@ pub struct ServiceOptions {
     pub metrics_addr: Option<SocketAddr>,
     /// Store-wide budget of the cache stores in use.
     pub cache_max_bytes: Option<u64>,
+    /// TLS and authentication on every endpoint, with credentials made for this run.
+    pub tls: bool,
 }
 
 impl ServiceOptions {
@@ -91,10 +95,14 @@ impl LocalService {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .with_context(|| format!("cannot listen on {}", options.listen))?;
+        let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
+        let credentials = options.tls.then(|| super::secure::Credentials::issue(&pipeline)).transpose()?;
         let host = HostOptions {
             dispatcher: DispatcherConfig {
                 journal: options.journal.clone(),
                 cache_max_bytes: options.cache_max_bytes,
+                auth_key: credentials.as_ref().map(|c| c.key.clone()),
+                tls: credentials.as_ref().map(|c| c.dispatcher.clone()),
                 ..Default::default()
             },
             metrics: options.metrics_addr.map_or(Metrics::Off, Metrics::Serve),
@@ -102,9 +110,8 @@ impl LocalService {
         let mut plane = ControlPlane::start(host, Arc::new(WorkerCatalog), listener).await?;
         let dispatcher = plane.dispatcher().clone();
         let address = plane.address();
-        let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         let started = match dispatcher.register(&pipeline, manifest).await {
-            Ok(_) => match worker_processes(options, address, &pipeline) {
+            Ok(_) => match worker_processes(options, address, &pipeline, credentials.as_ref()) {
                 Ok(workers) => {
                     plane.own_pool(workers, options.sizing.initial()).await.map_err(anyhow::Error::from)
                 }
@@ -136,7 +143,12 @@ impl LocalService {
                 },
             ),
         };
-        Ok(LocalService { dispatcher, address, pipeline, plane, scaling })
+        Ok(LocalService { dispatcher, address, pipeline, plane, scaling, credentials })
+    }
+
+    /// The run's credentials, when it serves with TLS and authentication.
+    pub fn credentials(&self) -> Option<&super::secure::Credentials> {
+        self.credentials.as_ref()
     }
 
     /// The autoscaler's report, when the pool is sized automatically.
@@ -163,6 +175,7 @@ fn worker_processes(
     options: &ServiceOptions,
     address: SocketAddr,
     pipeline: &str,
+    credentials: Option<&super::secure::Credentials>,
 ) -> anyhow::Result<ProcessPool> {
     let program = std::env::current_exe().context("cannot find the granary binary to start workers")?;
     let mut args = vec![
@@ -182,6 +195,9 @@ fn worker_processes(
     }
     if options.normalize_on_worker {
         args.push("--normalize-on-worker".to_string());
+    }
+    if let Some(credentials) = credentials {
+        args.extend(credentials.worker_args());
     }
     if let Some(addr) = options.metrics_addr {
         // Each worker serves its own metrics on a free port of the same interface; the

@@ -39,6 +39,7 @@ pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::R
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: None,
         cache_max_bytes: None,
+        tls: false,
     };
     runtime()?.block_on(async {
         let local = service::LocalService::start(&manifest, &options).await?;
