@@ -43,6 +43,13 @@ impl CapabilityGate {
 
     /// Keeps the dispatcher's public key (from RegisterWorker; empty: it checks none).
     pub fn set_key(&self, key: Vec<u8>) {
+        if key.is_empty() && self.required {
+            tracing::warn!(
+                "this worker has a token but its dispatcher has authentication off (it sent no \
+                 capability key): every stream is refused; drop --token-file, or give the \
+                 dispatcher a master key"
+            );
+        }
         let verifier = (!key.is_empty()).then(|| CapabilityVerifier::new(key));
         *self.verifier.write().unwrap_or_else(PoisonError::into_inner) = verifier;
     }
