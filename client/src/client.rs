@@ -134,7 +134,9 @@ impl Client {
             registration.delivered.clone(),
         ));
         session.set_capability(response.capability.clone());
-        session.set_tls(tls);
+        // Workers are dialled by address; their certificates name the pipeline instead.
+        let pipeline = &session.consumer.pipeline;
+        session.set_tls(tls.map(|tls| tls.naming(granary_security::worker_server_name(pipeline))));
         let mut assembler = Assembler::new(response.epochs);
         if registration.epoch < response.epochs {
             let plan = dispatcher::fetch_plan(&mut dispatcher, &session, registration.epoch).await?;

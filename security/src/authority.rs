@@ -84,7 +84,8 @@ impl Authority {
 
     /// A leaf for `role` over `scope` (a pipeline, or `*`), valid for `validity` from now. It
     /// serves TLS for the DNS names and IP addresses in `hosts` (none: a client certificate
-    /// only).
+    /// only); a serving worker's leaf also names its pipeline's
+    /// [`worker_server_name`](crate::names::worker_server_name), which clients check.
     pub fn issue(
         &self,
         role: Role,
@@ -93,7 +94,11 @@ impl Authority {
         validity: Duration,
     ) -> Result<Issued, AuthorityError> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>())?;
+        let mut names: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+        if role == Role::Worker && scope != crate::token::ANY && !hosts.is_empty() {
+            names.push(crate::names::worker_server_name(scope));
+        }
+        let mut params = CertificateParams::new(names)?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, format!("granary {role} {scope}"));
         let uri = format!("{URI_PREFIX}{role}:{scope}");

@@ -10,6 +10,7 @@
 //!   one pipeline, the trainers of one pipeline), checked without any stored state;
 //! - [`capability`]: the dispatcher's signed, expiring permission for one consumer of one job to
 //!   stream batches, which workers check with the dispatcher's public key only;
+//! - [`names`]: the name a pipeline's workers serve TLS under, whatever address they have;
 //! - [`principal`]: who made a gRPC request, from its certificate or its bearer token;
 //! - [`bearer`]: the caller's side: sending a token with every request.
 
@@ -17,6 +18,7 @@ pub mod authority;
 pub mod bearer;
 pub mod capability;
 pub mod key;
+pub mod names;
 pub mod principal;
 pub mod tls;
 pub mod token;
@@ -25,6 +27,7 @@ pub use authority::{Authority, Issued};
 pub use bearer::{Bearer, BearerError, TOKEN_ENV, read_token};
 pub use capability::{Capability, CapabilityError, CapabilitySigner, CapabilityVerifier};
 pub use key::MasterKey;
+pub use names::worker_server_name;
 pub use principal::{Authenticator, Principal};
 pub use tls::{TlsError, TlsFiles, TlsMaterial};
 pub use token::{Role, Token, TokenError};

@@ -51,6 +51,8 @@ pub struct TlsFiles {
 pub struct TlsMaterial {
     ca: Vec<u8>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name servers' certificates must carry, whatever host is dialled.
+    server_name: Option<String>,
 }
 
 impl std::fmt::Debug for TlsMaterial {
@@ -90,7 +92,7 @@ impl TlsFiles {
             )),
             _ => None,
         };
-        Ok(TlsMaterial { ca, identity })
+        Ok(TlsMaterial { ca, identity, server_name: None })
     }
 }
 
@@ -100,7 +102,16 @@ impl TlsMaterial {
         TlsMaterial {
             ca: ca.as_bytes().to_vec(),
             identity: identity.map(|(c, k)| (c.as_bytes().to_vec(), k.as_bytes().to_vec())),
+            server_name: None,
         }
+    }
+
+    /// The same material, checking every server's certificate for `name` instead of the host
+    /// dialled: how clients check workers, dialled by address, against their pipeline's
+    /// [`worker_server_name`](crate::names::worker_server_name).
+    pub fn naming(mut self, name: impl Into<String>) -> TlsMaterial {
+        self.server_name = Some(name.into());
+        self
     }
 
     /// Whether this side has a certificate of its own.
@@ -121,8 +132,10 @@ impl TlsMaterial {
     }
 
     /// A client's settings: the CA to check the server against, the name the server's
-    /// certificate must carry (`domain`), and this side's certificate when it has one.
+    /// certificate must carry (`domain`, unless [`TlsMaterial::naming`] set one), and this
+    /// side's certificate when it has one.
     pub fn client(&self, domain: &str) -> ClientTlsConfig {
+        let domain = self.server_name.as_deref().unwrap_or(domain);
         let config =
             ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca)).domain_name(domain);
         match &self.identity {
