@@ -1,5 +1,7 @@
 """Type stubs of the Rust extension module (see python/src)."""
 
+import os
+
 DISPATCHER_ENV: str
 POSITION_VERSION: int
 
@@ -49,7 +51,15 @@ class Client:
         num_consumers: int = 1,
         mode: str = "distributed",
         position: bytes | None = None,
-    ) -> None: ...
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        tls_ca: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """Joins the job. `token` or `token_file` (not both) is the trainer token, default
+        ``$GRANARY_TOKEN_FILE``, else ``$GRANARY_TOKEN``; `tls_ca` the CA certificate (PEM)
+        to dial TLS with, default ``$GRANARY_TLS_CA``, else plaintext. Files are read now;
+        one that cannot be read raises ``ConfigurationError`` naming its path."""
+        ...
     def next(self) -> RawBatch | None: ...
     def drain(self, max_batches: int | None = None, *, digests: bool = False) -> DrainReport: ...
     def checkpoint(self) -> bytes: ...

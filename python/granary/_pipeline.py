@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,6 +62,22 @@ class Batch(dict[str, np.ndarray]):
         return f"Batch(epoch={self.epoch}, slot={self.slot}, {{{fields}}})"
 
 
+def _path(argument: str, value: str | os.PathLike[str] | None) -> str | None:
+    """`value` as a path string; a :class:`ConfigurationError` naming `argument` if it is not
+    a path."""
+    if value is None:
+        return None
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        raise ConfigurationError(
+            f"{argument}: expected a path (str or os.PathLike), got {type(value).__name__}"
+        ) from None
+    if not isinstance(path, str) or not path:
+        raise ConfigurationError(f"{argument}: expected a non-empty path to a file, got {value!r}")
+    return path
+
+
 class Pipeline:
     """A pipeline that a Granary dispatcher serves, read as batches of NumPy arrays.
 
@@ -77,6 +94,19 @@ class Pipeline:
         num_consumers: Consumers of the job (fixed by its first consumer). Each element reaches
             exactly one of them per epoch, and each gets the same number of batches.
         mode: ``"distributed"`` (default) or ``"replicated"`` (every consumer sees every element).
+        token: The pipeline's trainer token, for a dispatcher that authenticates its callers.
+        token_file: A file holding that token instead (on Kubernetes, the pipeline's token
+            Secret mounted as a file; locally the ``token_file`` that ``granary run --serve
+            --tls`` prints). Give ``token`` or ``token_file``, not both; with neither, the file
+            named by ``$GRANARY_TOKEN_FILE`` is read, else ``$GRANARY_TOKEN``, else no token is
+            sent.
+        tls_ca: The CA certificate (PEM file) the dispatcher's and workers' certificates chain
+            to: the client dials them over TLS and checks their certificates against it. Default
+            ``$GRANARY_TLS_CA``, else plaintext.
+
+    Explicit arguments override the environment. The token file and the CA are read each time
+    the pipeline connects (a rotated Secret is picked up on reconnecting); one that cannot be
+    read raises :class:`~granary.errors.ConfigurationError` naming its path.
 
     The trainer's step time (between batches) and wait time (inside ``next``) are measured from
     the iteration and reported to the dispatcher, which the autoscaler sizes the workers by.
@@ -91,6 +121,9 @@ class Pipeline:
         consumer_index: int | None = None,
         num_consumers: int = 1,
         mode: str = "distributed",
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        tls_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("name: give the pipeline's name, e.g. Pipeline('imagenet')")
@@ -103,12 +136,26 @@ class Pipeline:
                 f"consumer_index: {consumer_index!r} must be in 0..{num_consumers - 1} "
                 f"for num_consumers={num_consumers}"
             )
+        if token is not None and token_file is not None:
+            raise ConfigurationError(
+                "token and token_file are both given; pass the token or the file holding it, not both"
+            )
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ConfigurationError(
+                "token: expected the pipeline's trainer token as a non-empty string; "
+                "or leave it out to read GRANARY_TOKEN_FILE or GRANARY_TOKEN"
+            )
         self.name = name
         self.dispatcher = dispatcher
         self.job = job
         self.consumer_index = consumer_index
         self.num_consumers = num_consumers
         self.mode = mode
+        #: The token file, if given (the token itself is kept private and out of ``repr``).
+        self.token_file = _path("token_file", token_file)
+        #: The CA certificate file, if given.
+        self.tls_ca = _path("tls_ca", tls_ca)
+        self._token = token
         self._client: _native.Client | None = None
         self._resume: bytes | None = None
 
@@ -126,6 +173,9 @@ class Pipeline:
                 num_consumers=self.num_consumers,
                 mode=self.mode,
                 position=self._resume,
+                token=self._token,
+                token_file=self.token_file,
+                tls_ca=self.tls_ca,
             )
         return self._client
 

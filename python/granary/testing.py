@@ -35,6 +35,10 @@ class LocalService:
     #: ``host:port`` of its Prometheus metrics, if asked for.
     metrics: str | None
     process: subprocess.Popen[str]
+    #: With ``--tls``: the CA certificate (PEM) its dispatcher's and workers' certificates chain to.
+    tls_ca: str | None = None
+    #: With ``--tls``: the file holding the pipeline's trainer token.
+    token_file: str | None = None
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 15 s."""
@@ -66,7 +70,8 @@ def serve(
 ) -> LocalService:
     """Starts ``BINARY run MANIFEST --serve 127.0.0.1:0 --workers N [OPTIONS]`` and waits (at
     most `timeout` seconds) for the line naming its dispatcher. With `metrics`, it also serves
-    Prometheus metrics on a free port; its log goes to `log` (else nowhere)."""
+    Prometheus metrics on a free port; its log goes to `log` (else nowhere). With ``--tls`` among
+    the options, the service's CA and trainer token file are its ``tls_ca`` and ``token_file``."""
     command = [binary, "run", str(manifest), "--serve", "127.0.0.1:0", "--workers", str(workers), *options]
     metrics_address = f"127.0.0.1:{free_port()}" if metrics else None
     if metrics_address is not None:
@@ -85,7 +90,14 @@ def serve(
         tail = log.read_text()[-4000:] if log is not None else "(no log kept)"
         raise RuntimeError(f"{' '.join(command)} printed no dispatcher address; its log:\n{tail}")
     ready = json.loads(lines[0])
-    return LocalService(ready["dispatcher"], ready["pipeline"], metrics_address, process)
+    return LocalService(
+        ready["dispatcher"],
+        ready["pipeline"],
+        metrics_address,
+        process,
+        tls_ca=ready.get("tls_ca"),
+        token_file=ready.get("token_file"),
+    )
 
 
 def element_digests(batches: Iterable[Any]) -> dict[tuple[int, str], str]:

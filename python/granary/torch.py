@@ -20,6 +20,7 @@ iteration rhythm the client reports as the trainer's step and wait times is the 
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -64,6 +65,10 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         num_consumers: Consumers of the job; default the ``torch.distributed`` world size when
             initialised, else 1.
         mode: ``"distributed"`` (default) or ``"replicated"``.
+        token: The pipeline's trainer token; see :class:`granary.Pipeline`.
+        token_file: A file holding the token (not with ``token``); default
+            ``$GRANARY_TOKEN_FILE``, else ``$GRANARY_TOKEN``.
+        tls_ca: The CA certificate (PEM file) to dial TLS with; default ``$GRANARY_TLS_CA``.
         tensors: Yield ``torch.Tensor`` values (default) or the NumPy arrays.
         keys: Also yield the elements' keys, as a list of strings under ``"__key__"`` (the
             WebDataset convention).
@@ -78,11 +83,22 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         consumer_index: int | None = None,
         num_consumers: int | None = None,
         mode: str = "distributed",
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        tls_ca: str | os.PathLike[str] | None = None,
         tensors: bool = True,
         keys: bool = False,
     ) -> None:
         super().__init__()
-        self._arguments = dict(name=name, dispatcher=dispatcher, job=job, mode=mode)
+        self._arguments = dict(
+            name=name,
+            dispatcher=dispatcher,
+            job=job,
+            mode=mode,
+            token=token,
+            token_file=token_file,
+            tls_ca=tls_ca,
+        )
         self._consumer_index = consumer_index
         self._num_consumers = num_consumers
         self._tensors = tensors

@@ -1,5 +1,6 @@
 //! The `Client` class: one consumer of a Granary job, driven from Python.
 
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -75,8 +76,12 @@ impl Client {
     /// `num_consumers` (default: the lowest free index), or resumes the checkpoint `position`
     /// (bytes from `checkpoint()`). `mode` is `"distributed"` (each element reaches one consumer
     /// per epoch) or `"replicated"` (every consumer sees every element).
+    ///
+    /// `token` is the pipeline's trainer token, or `token_file` a file holding it (not both);
+    /// default `$GRANARY_TOKEN_FILE`, else `$GRANARY_TOKEN`. `tls_ca` is the CA certificate (PEM)
+    /// to dial TLS with; default `$GRANARY_TLS_CA`, else plaintext. The files are read now.
     #[new]
-    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None))]
+    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None, token=None, token_file=None, tls_ca=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -87,6 +92,9 @@ impl Client {
         num_consumers: u32,
         mode: &str,
         position: Option<&[u8]>,
+        token: Option<String>,
+        token_file: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
     ) -> PyResult<Client> {
         let mode = match mode {
             "distributed" => Mode::Distributed,
@@ -101,6 +109,12 @@ impl Client {
             Some(bytes) => Some(Position::from_bytes(bytes).map_err(|error| errors::to_py(py, error))?),
             None => None,
         };
+        let token =
+            credential_token(token, token_file.as_deref()).map_err(|error| errors::to_py(py, error))?;
+        let tls = tls_ca
+            .map(|ca| ClientOptions::tls_from_ca(&ca))
+            .transpose()
+            .map_err(|error| errors::to_py(py, error))?;
         let options = ClientOptions {
             dispatcher,
             pipeline,
@@ -109,8 +123,8 @@ impl Client {
             consumer_index,
             num_consumers,
             resume,
-            token: None,
-            tls: None,
+            token,
+            tls,
         };
         let client = py.detach(|| BlockingClient::open(options)).map_err(|error| errors::to_py(py, error))?;
         let inner = client.client();
@@ -263,6 +277,27 @@ impl Client {
             self.info.num_consumers,
             self.info.epochs
         )
+    }
+}
+
+/// The token option from the `token` and `token_file` arguments: at most one of them, a given
+/// token not blank; `None` when neither is given (the client then reads the environment).
+fn credential_token(
+    token: Option<String>,
+    token_file: Option<&std::path::Path>,
+) -> Result<Option<String>, ClientError> {
+    match (token, token_file) {
+        (Some(_), Some(_)) => Err(ClientError::InvalidOptions(
+            "token and token_file are both given; pass the token or the file holding it, not both".to_owned(),
+        )),
+        (Some(token), None) if token.trim().is_empty() => Err(ClientError::InvalidOptions(
+            "token: the token is empty; pass the pipeline's trainer token, or leave token out to read \
+             GRANARY_TOKEN_FILE or GRANARY_TOKEN"
+                .to_owned(),
+        )),
+        (Some(token), None) => Ok(Some(token)),
+        (None, Some(path)) => ClientOptions::token_from_file(path).map(Some),
+        (None, None) => Ok(None),
     }
 }
 
