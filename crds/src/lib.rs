@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod mixing;
 mod object_url;
 pub mod ops;
+pub mod part_bound;
 pub mod pipeline;
 pub mod problem;
 pub mod quantity;

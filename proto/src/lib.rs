@@ -9,7 +9,10 @@ pub mod v1 {
     tonic::include_proto!("granary.v1");
 }
 
-/// Largest message either side accepts: a batch part of big float tensors fits.
+/// Largest message either side accepts, whatever the pipeline: the cap of pipelines whose output
+/// shapes depend on the data (text, tables, Python stages, images without a fixed-size crop). A
+/// worker sizes each pipeline with a static output shape tighter, to its largest batch part
+/// (`granary_crds::part_bound`), and refuses to send a part over it.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
 /// Upper bounds, in seconds, of the trainer step and wait histograms clients report

@@ -101,6 +101,8 @@ pub struct Agent {
     client: super::Dispatcher,
     /// Where the dispatcher's capability key goes once registered.
     gate: Arc<super::server::CapabilityGate>,
+    /// Where each pipeline's stream message limit goes once its spec is known.
+    limits: Arc<super::server::StreamLimits>,
     queues: Arc<Queues>,
     leases: Leases,
     counters: Arc<Counters>,
@@ -119,12 +121,14 @@ impl Agent {
         queues: Arc<Queues>,
         exposition: Option<Arc<Exposition>>,
         gate: Arc<super::server::CapabilityGate>,
+        limits: Arc<super::server::StreamLimits>,
     ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
         let (events, events_rx) = mpsc::unbounded_channel();
         let agent = Agent {
             config,
             client,
             gate,
+            limits,
             queues,
             leases: Leases::default(),
             counters: Arc::new(Counters::default()),
@@ -485,6 +489,7 @@ impl Agent {
         {
             return Ok(producer);
         }
+        self.limits.learn_json(&info.name, &info.manifest_json);
         let started = Instant::now();
         let sinks = Sinks {
             queues: Arc::clone(&self.queues),

@@ -198,8 +198,10 @@ impl WorkerService {
         let queues = Arc::new(queues::Queues::new(QUEUE_CAPACITY));
         let (stop_server, server_stopped) = oneshot::channel();
         let gate = Arc::new(server::CapabilityGate::new(config.token.is_some()));
-        let api =
-            server::WorkerApi::new(Arc::clone(&queues), config.pipeline.clone()).with_gate(Arc::clone(&gate));
+        let limits = Arc::new(server::StreamLimits::default());
+        let api = server::WorkerApi::new(Arc::clone(&queues), config.pipeline.clone())
+            .with_gate(Arc::clone(&gate))
+            .with_limits(Arc::clone(&limits));
         let server = server::spawn(listener, api, server_tls, server_stopped)?;
         tracing::info!(
             listen = %local_addr,
@@ -225,7 +227,8 @@ impl WorkerService {
             leases_ahead: config.leases_ahead.max(1),
             drain_timeout: config.drain_timeout,
         };
-        let (agent, events) = agent::Agent::new(agent_config, client, Arc::clone(&queues), exposition, gate);
+        let (agent, events) =
+            agent::Agent::new(agent_config, client, Arc::clone(&queues), exposition, gate, limits);
         agent.run(events, shutdown).await;
         // Every stream ends, so that the server can close its connections.
         queues.close();

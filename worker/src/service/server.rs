@@ -1,10 +1,14 @@
 //! The `Worker` gRPC service: `StreamBatches` hands each consumer the parts queued for it.
 
 use super::queues::{ConsumerKey, ConsumerStream, Queues};
+use futures::StreamExt;
+use granary_crds::part_bound::PartBound;
 use granary_proto::MAX_MESSAGE_BYTES;
 use granary_proto::v1::StreamBatchesRequest;
 use granary_proto::v1::worker_server::{Worker, WorkerServer};
 use granary_security::CapabilityVerifier;
+use prost::Message;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::{PoisonError, RwLock};
 use tokio::net::TcpListener;
@@ -25,6 +29,64 @@ const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// updates.
 const STREAM_WINDOW: u32 = 32 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
+
+/// Idle HTTP/2 connections are pinged this often, and closed when a ping goes unanswered for
+/// [`KEEPALIVE_TIMEOUT`]: a consumer that vanished does not hold its stream forever.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The largest message each pipeline's streams may carry, from its spec (see
+/// [`granary_crds::part_bound`]); a pipeline not yet known gets [`MAX_MESSAGE_BYTES`].
+#[derive(Debug, Default)]
+pub struct StreamLimits {
+    limits: RwLock<HashMap<String, usize>>,
+}
+
+impl StreamLimits {
+    /// Sizes `pipeline`'s messages to the largest batch part `spec` can produce.
+    pub fn learn(&self, pipeline: &str, spec: &granary_crds::InputPipelineSpec) {
+        let bound = PartBound::of(spec);
+        let limit = bound.limit(MAX_MESSAGE_BYTES);
+        tracing::debug!(%pipeline, ?bound, limit, "stream message limit");
+        self.limits.write().unwrap_or_else(PoisonError::into_inner).insert(pipeline.to_string(), limit);
+    }
+
+    /// Sizes `pipeline`'s messages from its manifest as the dispatcher sends it (JSON); one that
+    /// does not parse is left at the cap, and its engine reports why.
+    pub fn learn_json(&self, pipeline: &str, manifest_json: &str) {
+        if let Ok(manifest) = serde_json::from_str::<granary_crds::InputPipeline>(manifest_json) {
+            self.learn(pipeline, &manifest.spec);
+        }
+    }
+
+    /// The limit of `pipeline`'s messages.
+    pub fn of(&self, pipeline: &str) -> usize {
+        let limits = self.limits.read().unwrap_or_else(PoisonError::into_inner);
+        limits.get(pipeline).copied().unwrap_or(MAX_MESSAGE_BYTES)
+    }
+}
+
+/// Ends a stream with a clear error instead of sending a message over its pipeline's limit.
+fn limited(stream: ConsumerStream, pipeline: String, limits: Arc<StreamLimits>) -> ConsumerStream {
+    let mut failed = false;
+    Box::pin(stream.map(move |message| {
+        let message = message?;
+        let size = message.encoded_len();
+        let limit = limits.of(&pipeline);
+        if size > limit {
+            if !failed {
+                tracing::error!(%pipeline, size, limit, "a batch part is larger than its pipeline's bound; not sent");
+            }
+            failed = true;
+            return Err(Status::resource_exhausted(format!(
+                "a batch part of pipeline `{pipeline}` is {size} bytes, more than the {limit} bytes its \
+                 spec allows (spec.batch.size rows of its fixed output shape, plus framing): the \
+                 worker's output does not match the spec; check the stages that fix the shape"
+            )));
+        }
+        Ok(message)
+    }))
+}
 
 /// Whether streams need a capability, and the dispatcher's key to check them with.
 #[derive(Debug, Default)]
@@ -92,12 +154,24 @@ pub struct WorkerApi {
     /// The only pipeline served, when the worker is dedicated to one.
     pipeline: Option<String>,
     gate: Arc<CapabilityGate>,
+    limits: Arc<StreamLimits>,
 }
 
 impl WorkerApi {
     /// Serves the consumers of `queues`; with `pipeline`, only that pipeline's.
     pub fn new(queues: Arc<Queues>, pipeline: Option<String>) -> WorkerApi {
-        WorkerApi { queues, pipeline, gate: Arc::new(CapabilityGate::default()) }
+        WorkerApi {
+            queues,
+            pipeline,
+            gate: Arc::new(CapabilityGate::default()),
+            limits: Arc::new(StreamLimits::default()),
+        }
+    }
+
+    /// Sizes each pipeline's messages with `limits`.
+    pub fn with_limits(mut self, limits: Arc<StreamLimits>) -> WorkerApi {
+        self.limits = limits;
+        self
     }
 
     /// Checks stream capabilities with `gate`.
@@ -149,7 +223,8 @@ impl Worker for WorkerApi {
         let request = request.into_inner();
         let key = self.check(&request)?;
         tracing::info!(consumer = %key, client_id = %request.client_id, ?peer, "consumer stream opened");
-        Ok(Response::new(self.queues.open_stream(&key)))
+        let limits = Arc::clone(&self.limits);
+        Ok(Response::new(limited(self.queues.open_stream(&key), key.pipeline.clone(), limits)))
     }
 }
 
@@ -161,7 +236,8 @@ pub fn spawn(
     stop: oneshot::Receiver<()>,
 ) -> Result<JoinHandle<Result<(), tonic::transport::Error>>, tonic::transport::Error> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    // Clients only read from a worker: their requests are small.
+    // Clients only read from a worker: their requests are small. Each stream checks its own
+    // pipeline's bound (`StreamLimits`); this is the cap over every pipeline.
     let service = WorkerServer::new(api)
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -171,6 +247,8 @@ pub fn spawn(
     }
     let server = builder
         .concurrency_limit_per_connection(MAX_CONCURRENT_PER_CONNECTION)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .http2_adaptive_window(Some(true))
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -193,6 +271,56 @@ mod tests {
             client_id: client_id.into(),
             capability: String::new(),
         })
+    }
+
+    fn spec(stages: &str) -> granary_crds::InputPipelineSpec {
+        let yaml =
+            format!("source: {{url: 'file:///d/', format: files}}\nbatch: {{size: 2}}\nstages: {stages}");
+        serde_norway::from_str(&yaml).unwrap()
+    }
+
+    fn part_message(bytes: usize) -> granary_proto::v1::StreamMessage {
+        use granary_proto::v1::{BatchPart, Tensor, stream_message::Kind};
+        let tensor = Tensor {
+            name: "image".into(),
+            dtype: "uint8".into(),
+            data: vec![7; bytes].into(),
+            ..Tensor::default()
+        };
+        let part =
+            BatchPart { keys: vec!["a".into(), "b".into()], tensors: vec![tensor], ..BatchPart::default() };
+        granary_proto::v1::StreamMessage { kind: Some(Kind::Part(part)) }
+    }
+
+    #[test]
+    fn a_fixed_shape_pipeline_gets_a_tight_limit_and_others_the_cap() {
+        let limits = StreamLimits::default();
+        assert_eq!(limits.of("p"), MAX_MESSAGE_BYTES, "unknown pipelines get the cap");
+        limits.learn("p", &spec("[{op: image.decode}, {op: image.center_crop, size: 8}]"));
+        let limit = limits.of("p");
+        assert!((2 * (8 * 8 * 3 + 8)..1 << 20).contains(&limit), "{limit}");
+        limits.learn("q", &spec("[{op: image.decode}, {op: image.resize, size: 8}]"));
+        assert_eq!(limits.of("q"), MAX_MESSAGE_BYTES);
+        limits.learn_json("r", "not json");
+        assert_eq!(limits.of("r"), MAX_MESSAGE_BYTES);
+    }
+
+    #[tokio::test]
+    async fn a_part_over_its_pipelines_limit_ends_the_stream_with_a_clear_error() {
+        let limits = Arc::new(StreamLimits::default());
+        limits.learn("p", &spec("[{op: image.decode}, {op: image.center_crop, size: 8}]"));
+        let limit = limits.of("p");
+        let messages = vec![Ok(part_message(100)), Ok(part_message(limit + 1))];
+        let stream: ConsumerStream = Box::pin(futures::stream::iter(messages));
+        let mut stream = limited(stream, "p".into(), limits);
+        assert!(stream.next().await.unwrap().is_ok(), "a part within the bound is sent");
+        let status = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("pipeline `p`") && status.message().contains(&limit.to_string()),
+            "{}",
+            status.message()
+        );
     }
 
     #[tokio::test]
