@@ -2,8 +2,10 @@
 //! a figure comparable across machines: against a straightforward baseline (every image stage
 //! on its own, full-size decode) and against the decode-only limit of the fast path. With
 //! `--workers N` it measures the served path instead: the local service read by one client over
-//! loopback, against the in-process engine.
+//! loopback, against the in-process engine; with `--tls` as well, plaintext against TLS.
 
+mod cpu;
+mod handshake;
 mod served;
 
 use crate::args::engine_options;
@@ -50,6 +52,11 @@ pub struct BenchArgs {
     /// `float32` over the wire, instead of `uint8` finished by the client (the default).
     #[arg(long, requires = "workers")]
     pub normalize_on_worker: bool,
+    /// With `--workers`: measure the served path both plaintext and with TLS and
+    /// authentication (as `granary run --serve --tls`), in alternating rounds, and report the
+    /// ratio, the handshake time and the CPU cost per GB of each.
+    #[arg(long, requires = "workers")]
+    pub tls: bool,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -103,6 +110,10 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     wire_mb_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_s_per_gb: Option<f64>,
+    #[serde(flatten)]
+    tls: Option<TlsReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     in_process_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_in_process: Option<f64>,
@@ -114,6 +125,39 @@ struct Report {
     decode_only_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_decode_only: Option<f64>,
+}
+
+/// The `--tls` fields of the JSON line: the headline served figures are the plaintext rounds'.
+#[derive(Serialize, Debug)]
+struct TlsReport {
+    tls_items_per_s: f64,
+    /// TLS throughput over plaintext throughput.
+    tls_vs_plain: f64,
+    tls_mb_per_s: f64,
+    tls_cpu_s_per_gb: Option<f64>,
+    /// CPU seconds per delivered GB that TLS adds.
+    tls_extra_cpu_s_per_gb: Option<f64>,
+    /// Median milliseconds to open a plaintext channel to the dispatcher.
+    plain_connect_ms: f64,
+    /// Median milliseconds to open a TLS channel to the dispatcher, handshake included.
+    tls_handshake_ms: f64,
+    /// The same to a worker.
+    tls_worker_handshake_ms: Option<f64>,
+}
+
+impl TlsReport {
+    fn of(c: &served::TlsComparison) -> TlsReport {
+        TlsReport {
+            tls_items_per_s: round2(c.tls.measurement.items_per_s),
+            tls_vs_plain: round3(c.tls.measurement.items_per_s / c.plain.measurement.items_per_s),
+            tls_mb_per_s: round2(c.tls.mb_per_s),
+            tls_cpu_s_per_gb: c.tls.cpu_s_per_gb.map(round3),
+            tls_extra_cpu_s_per_gb: c.tls.cpu_s_per_gb.zip(c.plain.cpu_s_per_gb).map(|(t, p)| round3(t - p)),
+            plain_connect_ms: round3(c.plain_connect_ms),
+            tls_handshake_ms: round3(c.dispatcher_handshake_ms),
+            tls_worker_handshake_ms: c.worker_handshake_ms.map(round3),
+        }
+    }
 }
 
 /// Runs `granary bench`.
@@ -147,9 +191,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let fast = measure(&fast_engine, &manifest, args).context("fast path")?;
     drop(fast_engine);
-    let served = match args.workers {
-        0 => None,
-        n => Some(served::measure(&manifest, args, n).context("served")?),
+    let comparison = match args.workers {
+        n if n > 0 && args.tls => Some(served::compare_tls(&manifest, args, n).context("served")?),
+        _ => None,
+    };
+    let served = match (args.workers, &comparison) {
+        (_, Some(c)) => Some(c.plain),
+        (0, None) => None,
+        (n, None) => Some(served::measure(&manifest, args, n).context("served")?),
     };
     let mut baseline = None;
     let mut limit = None;
@@ -184,6 +233,8 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         service_workers: served.map(|_| args.workers),
         mb_per_s: served.map(|s| round2(s.mb_per_s)),
         wire_mb_per_s: served.map(|s| round2(s.wire_mb_per_s)),
+        cpu_s_per_gb: served.and_then(|s| s.cpu_s_per_gb).map(round3),
+        tls: comparison.as_ref().map(TlsReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
         vs_in_process: served.map(|s| round3(s.measurement.items_per_s / fast.items_per_s)),
         baseline_items_per_s: baseline.map(|b| round2(b.items_per_s)),
@@ -206,6 +257,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 args.workers,
                 s.measurement.items_per_s / fast.items_per_s
             );
+            if let Some(cpu) = s.cpu_s_per_gb {
+                println!("              {cpu:>9.2} CPU s per GB delivered (this process and the workers)");
+            }
+        }
+        if let Some(c) = &comparison {
+            print_tls(c);
         }
         if let Some(b) = baseline {
             println!(
@@ -226,6 +283,26 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--tls` lines of the text report.
+fn print_tls(c: &served::TlsComparison) {
+    let t = &c.tls;
+    println!(
+        "served, TLS   {:>9.1} items/s   {:.0} MB/s delivered = {:.3}× plaintext ({} rounds each, alternated)",
+        t.measurement.items_per_s,
+        t.mb_per_s,
+        t.measurement.items_per_s / c.plain.measurement.items_per_s,
+        served::TLS_ROUNDS
+    );
+    if let (Some(tls), Some(plain)) = (t.cpu_s_per_gb, c.plain.cpu_s_per_gb) {
+        println!("              {tls:>9.2} CPU s per GB delivered, {:+.2} s per GB for TLS", tls - plain);
+    }
+    let worker = c.worker_handshake_ms.map_or(String::new(), |w| format!(", to a worker {w:.2} ms"));
+    println!(
+        "handshake     {:>9.2} ms to the dispatcher over TLS{worker} (plaintext connect {:.2} ms)",
+        c.dispatcher_handshake_ms, c.plain_connect_ms
+    );
 }
 
 /// Pulls `warmup` batches, then times `batches` batches, running epochs back to back (in
