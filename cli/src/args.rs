@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// `GRANARY_TLS_CA` to the first and `GRANARY_TOKEN` to the contents of the second.
     #[arg(long, requires = "serve")]
     pub tls: bool,
+    /// With `--tls`: keep the run's CA and master key in DIR (created private when missing) and
+    /// reuse them on later runs, so that trainers' tokens and CA survive a restart; the tokens and
+    /// certificates are written there too. A folder with part of them, or damaged ones, is refused.
+    #[arg(long, requires = "tls", value_name = "DIR")]
+    pub credentials: Option<PathBuf>,
     /// With workers: apply a final `float32` `image.normalize` on the workers and send `float32`
     /// over the wire, instead of `uint8` that the client finishes (the default; same values).
     #[arg(long)]

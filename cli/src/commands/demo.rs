@@ -74,6 +74,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             serve: None,
             exit_when_done: false,
             tls: false,
+            credentials: None,
             journal: None,
             normalize_on_worker: false,
             metrics_addr: None,

@@ -147,8 +147,9 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
     rt.block_on(async {
         let mut signals = StopSignals::listen()?;
         let options = options(manifest, args, listen)?;
+        let kept = args.credentials.as_deref();
         let local = tokio::select! {
-            local = service::LocalService::start(manifest, &options) => local?,
+            local = service::LocalService::start_kept(manifest, &options, kept) => local?,
             _ = signals.recv() => return Ok(ExitCode::SUCCESS),
         };
         let mut ready =

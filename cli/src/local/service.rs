@@ -92,11 +92,22 @@ impl LocalService {
         manifest: &granary_crds::Manifest,
         options: &ServiceOptions,
     ) -> anyhow::Result<LocalService> {
+        LocalService::start_kept(manifest, options, None).await
+    }
+
+    /// [`LocalService::start`], with the credentials of a run with `tls` kept in `kept`
+    /// (`granary run --credentials`) rather than made fresh.
+    pub async fn start_kept(
+        manifest: &granary_crds::Manifest,
+        options: &ServiceOptions,
+        kept: Option<&std::path::Path>,
+    ) -> anyhow::Result<LocalService> {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .with_context(|| format!("cannot listen on {}", options.listen))?;
         let pipeline = manifest.pipeline.metadata.name.clone().unwrap_or_default();
-        let credentials = options.tls.then(|| super::secure::Credentials::issue(&pipeline)).transpose()?;
+        let credentials =
+            options.tls.then(|| super::secure::Credentials::make(kept, &pipeline)).transpose()?;
         let host = HostOptions {
             dispatcher: DispatcherConfig {
                 journal: options.journal.clone(),
