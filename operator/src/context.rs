@@ -4,6 +4,7 @@
 //! published).
 
 use crate::config::OperatorConfig;
+use crate::credentials::Shared;
 use crate::events::Notifier;
 use crate::pool::Sizing;
 use crate::python::python_image;
@@ -28,6 +29,8 @@ pub struct Context {
     pub python_image: String,
     /// Publishes Events.
     pub notifier: Notifier,
+    /// With security on: the CA and master key each pipeline's Secrets come from.
+    pub credentials: Option<Shared>,
     tracked: Mutex<HashMap<String, Tracked>>,
 }
 
@@ -77,8 +80,16 @@ impl Context {
             config,
             python_image,
             notifier,
+            credentials: None,
             tracked: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This context, writing each pipeline's worker and trainer Secrets from `credentials` and
+    /// mounting the workers' into their pods.
+    pub fn with_credentials(mut self, credentials: Shared) -> Context {
+        self.credentials = Some(credentials);
+        self
     }
 
     /// The remembered pipelines; never held across an await.

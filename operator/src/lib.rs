@@ -7,6 +7,7 @@
 pub mod config;
 pub mod context;
 pub mod controller;
+pub mod credentials;
 pub mod events;
 pub mod leader;
 pub mod metrics;

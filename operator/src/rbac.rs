@@ -74,6 +74,12 @@ pub const PERMISSIONS: &[Permission] = &[
     rule("", "services", "patch", Watched, "reconcile: server-side apply of the worker Service"),
     rule("", "services", "create", Watched, "reconcile: server-side apply creates a missing Service"),
     rule("events.k8s.io", "events", "create", Watched, "events::Notifier: scaling and caching decisions"),
+    rule("", "secrets", "get", Watched, "credentials: reads a pipeline's worker and trainer Secrets"),
+    rule("", "secrets", "patch", Watched, "credentials: server-side apply of a pipeline's Secrets"),
+    rule("", "secrets", "create", Watched, "credentials: server-side apply creates a missing Secret"),
+    rule("", "secrets", "get", OperatorNamespace, "credentials: reads the CA and master-key Secrets"),
+    rule("", "secrets", "create", OperatorNamespace, "credentials: makes the CA and master-key Secrets"),
+    rule("", "secrets", "update", OperatorNamespace, "credentials: rotates the CA"),
     rule("coordination.k8s.io", "leases", "get", OperatorNamespace, "leader: reads the Lease"),
     rule("coordination.k8s.io", "leases", "create", OperatorNamespace, "leader: creates the Lease"),
     rule("coordination.k8s.io", "leases", "patch", OperatorNamespace, "leader: takes and renews the Lease"),
@@ -173,7 +179,7 @@ mod tests {
             assert!(
                 PERMISSIONS[..i]
                     .iter()
-                    .all(|q| (q.group, q.resource, q.verb) != (p.group, p.resource, p.verb)),
+                    .all(|q| (q.group, q.resource, q.verb, q.scope) != (p.group, p.resource, p.verb, p.scope)),
                 "{p:?} twice"
             );
         }

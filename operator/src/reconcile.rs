@@ -5,6 +5,8 @@
 
 use crate::config::{FINALIZER, MANAGER};
 use crate::context::Context;
+use crate::credentials::Credentials;
+use crate::credentials::pipeline as credentials;
 use crate::events::{Note, failure_note, new_cache_decision, new_scalings};
 use crate::objects::{self, pipeline_key, workers_name};
 use crate::pool::{self, KubernetesPool, Sizing};
@@ -13,7 +15,7 @@ use granary_crds::{InputPipeline, InputPipelineStatus};
 use granary_dispatcher::autoscaler::SharedPool;
 use granary_dispatcher::host::Autoscaling;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event as Finalizing};
@@ -33,6 +35,9 @@ pub enum Error {
     /// Scaling the worker Deployment failed.
     #[error(transparent)]
     Scale(#[from] granary_dispatcher::pool::PoolError),
+    /// A pipeline's worker certificate could not be made.
+    #[error("the workers' certificate: {0}")]
+    Certificate(#[from] granary_security::authority::AuthorityError),
     /// The object has no namespace (the CRD is namespaced, so this is a broken object).
     #[error("InputPipeline `{0}` has no namespace")]
     NoNamespace(String),
@@ -275,15 +280,58 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// Applies the worker Deployment and Service (server-side apply, forced: the operator owns
-/// these fields) and returns the Deployment as the server holds it.
+/// these fields), and with security on the pipeline's Secrets first, and returns the Deployment
+/// as the server holds it.
 async fn apply_children(p: &InputPipeline, ctx: &Context, namespace: &str) -> Result<Deployment, Error> {
     let params = PatchParams::apply(MANAGER).force();
     let name = workers_name(&p.name_any());
+    let revision = match &ctx.credentials {
+        Some(shared) => Some(apply_secrets(p, ctx, &shared.get(), namespace).await?),
+        None => None,
+    };
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     services.patch(&name, &params, &Patch::Apply(&objects::service(p))).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    let deployment = objects::deployment(p, &ctx.config.workers, &ctx.python_image);
+    let mut deployment = objects::deployment(p, &ctx.config.workers, &ctx.python_image);
+    if let Some(revision) = revision {
+        credentials::mount(&mut deployment, &p.name_any(), &revision);
+    }
     Ok(deployments.patch(&name, &params, &Patch::Apply(&deployment)).await?)
+}
+
+/// Writes the pipeline's worker and trainer Secrets where they are missing or no longer
+/// current, and returns the worker Secret's revision.
+async fn apply_secrets(
+    p: &InputPipeline,
+    ctx: &Context,
+    credentials: &Credentials,
+    namespace: &str,
+) -> Result<String, Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    let key = pipeline_key(namespace, &p.name_any());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let worker_name = credentials::worker_secret_name(&p.name_any());
+    let worker = match secrets.get_opt(&worker_name).await? {
+        Some(found) if credentials::worker_current(&found, credentials, &key, crate::credentials::now()) => {
+            found
+        }
+        _ => {
+            let fresh = credentials::worker_secret(p, credentials, &key)?;
+            secrets.patch(&worker_name, &params, &Patch::Apply(&fresh)).await?
+        }
+    };
+    let trainer_name = credentials::trainer_secret_name(&p.name_any());
+    let trainer_current = secrets
+        .get_opt(&trainer_name)
+        .await?
+        .is_some_and(|found| credentials::trainer_current(&found, credentials, &key));
+    if !trainer_current {
+        let fresh = credentials::trainer_secret(p, credentials, &key);
+        secrets.patch(&trainer_name, &params, &Patch::Apply(&fresh)).await?;
+        let text = format!("trainers of `{key}` read its token and CA from Secret `{trainer_name}`");
+        ctx.notifier.publish(&p.object_ref(&()), Note::normal("Credentials", text)).await;
+    }
+    Ok(credentials::revision(&worker))
 }
 
 /// Ready and desired workers of a pipeline's Deployment, `(0, 0)` when it cannot be read.

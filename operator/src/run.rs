@@ -6,6 +6,7 @@
 
 use crate::config::OperatorConfig;
 use crate::context::Context;
+use crate::credentials::{self, CredentialsError, SecurityOptions};
 use crate::events::Notifier;
 use crate::leader::Candidacy;
 use crate::metrics::OperatorMetrics;
@@ -37,6 +38,8 @@ pub struct OperatorOptions {
     pub identity: String,
     /// Reconcile settings.
     pub config: OperatorConfig,
+    /// TLS and authentication on the gRPC plane; `None`: plaintext and open.
+    pub security: Option<SecurityOptions>,
 }
 
 /// Why the operator stopped.
@@ -55,6 +58,13 @@ pub enum OperatorError {
     /// The control plane could not start, or its dispatcher's server failed.
     #[error(transparent)]
     ControlPlane(#[from] HostError),
+    /// The CA or the master key could not be read or made.
+    #[error("credentials: {0}")]
+    Credentials(#[from] CredentialsError),
+    /// The dispatcher's certificate is due for renewal, or the CA that issues changed: the
+    /// process ends for a fresh start to serve a new certificate.
+    #[error("the dispatcher's certificate must be issued again; restarting")]
+    Renew,
     /// A port could not be bound or metrics could not be set up.
     #[error("{0}")]
     Setup(String),
@@ -150,11 +160,30 @@ async fn lead(
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), OperatorError> {
     tracing::info!(identity = %options.identity, "leading: starting the dispatcher and the controller");
-    // The operator serves the metrics itself, with its probes, from before it leads.
-    let host = HostOptions {
-        dispatcher: DispatcherConfig { journal: options.journal.clone(), ..Default::default() },
-        metrics: Metrics::Report(exposition.clone()),
+    let mut dispatcher_config = DispatcherConfig { journal: options.journal.clone(), ..Default::default() };
+    let mut shared = None;
+    if let Some(security) = &options.security {
+        let credentials = credentials::load(&client, &options.lease_namespace, security).await?;
+        let tls = credentials.dispatcher_tls(&security.dispatcher_hosts).map_err(CredentialsError::from)?;
+        tracing::info!(issuer = %credentials.issuer(), hosts = ?security.dispatcher_hosts, "serving with TLS and authentication");
+        dispatcher_config.auth_key = Some(credentials.key.clone());
+        dispatcher_config.tls = Some(tls);
+        shared = Some(credentials::Shared::new(credentials));
+    }
+    let renewal = {
+        let watched = options.security.clone().zip(shared.clone());
+        let (client, namespace) = (client.clone(), options.lease_namespace.clone());
+        async move {
+            match watched {
+                Some((security, shared)) => {
+                    credentials::watch(client, namespace, security, shared, credentials::now()).await
+                }
+                None => std::future::pending().await,
+            }
+        }
     };
+    // The operator serves the metrics itself, with its probes, from before it leads.
+    let host = HostOptions { dispatcher: dispatcher_config, metrics: Metrics::Report(exposition.clone()) };
     let mut plane = ControlPlane::start(host, catalog, listener).await?;
     let dispatcher = plane.dispatcher().clone();
     *refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dispatcher.clone());
@@ -162,8 +191,11 @@ async fn lead(
     metrics.leading(true);
 
     let notifier = Notifier::new(client.clone(), &options.identity);
-    let ctx =
-        Arc::new(Context::new(client, dispatcher, plane.autoscalers(), options.config.clone(), notifier));
+    let mut ctx = Context::new(client, dispatcher, plane.autoscalers(), options.config.clone(), notifier);
+    if let Some(shared) = shared {
+        ctx = ctx.with_credentials(shared);
+    }
+    let ctx = Arc::new(ctx);
     // One controller per watched namespace (kube's Controller watches one namespace or all), so
     // that watching listed namespaces needs permissions in those namespaces only. They share the
     // context, whose state is keyed by `<namespace>/<name>`.
@@ -187,6 +219,7 @@ async fn lead(
     let result = tokio::select! {
         () = stopped => Ok(()),
         () = candidacy.deposed() => Err(OperatorError::Deposed),
+        () = renewal => Err(OperatorError::Renew),
         served = plane.served() => served.map_err(OperatorError::from),
     };
     ready.store(false, Ordering::Relaxed);

@@ -1566,3 +1566,43 @@ fn values_schema_rejects_bad_security_values() {
         );
     }
 }
+
+// -----------------------------------------------------------------------------------------------
+// Security
+
+/// The value of environment variable `name` of the operator container, if set.
+fn operator_env<'a>(docs: &'a [Value], name: &str) -> Option<&'a str> {
+    let deployment = one(docs, "Deployment", None);
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array()?;
+    env.iter().find(|e| e["name"] == name).and_then(|e| e["value"].as_str())
+}
+
+#[test]
+fn security_is_on_by_default_and_cert_manager_writes_the_ca_the_operator_reads() {
+    let docs = render_defaults();
+    assert_eq!(operator_env(&docs, "GRANARY_SECURITY"), Some("true"));
+    assert_eq!(operator_env(&docs, "GRANARY_CA_SECRET"), Some("granary-ca"));
+    assert_eq!(operator_env(&docs, "GRANARY_AUTH_SECRET"), Some("granary-auth"));
+    let names = operator_env(&docs, "GRANARY_DISPATCHER_NAMES").unwrap();
+    assert!(names.split(',').any(|n| n == format!("granary-dispatcher.{NAMESPACE}")), "{names}");
+    assert_eq!(operator_env(&docs, "GRANARY_EXTERNAL_CA"), None, "the operator makes the CA itself");
+    assert!(
+        !docs.iter().any(|d| d["apiVersion"].as_str().unwrap_or_default().starts_with("cert-manager.io"))
+    );
+
+    let docs = documents(&template("granary", &["--set", "security.certManager.enabled=true"]));
+    assert_eq!(operator_env(&docs, "GRANARY_EXTERNAL_CA"), Some("true"));
+    let certificate = one(&docs, "Certificate", None);
+    assert_eq!(certificate["spec"]["secretName"], "granary-ca", "the Secret the operator reads");
+    assert_eq!(certificate["spec"]["isCA"], true);
+    let issuer = one(&docs, "Issuer", None);
+    assert_eq!(certificate["spec"]["issuerRef"]["name"], issuer["metadata"]["name"]);
+
+    let docs = documents(&template("granary", &["--set", "security.enabled=false"]));
+    assert_eq!(operator_env(&docs, "GRANARY_SECURITY"), None);
+    let docs = documents(&template(
+        "granary",
+        &["--set", "security.enabled=false", "--set", "security.certManager.enabled=true"],
+    ));
+    assert!(!docs.iter().any(|d| kind_of(d) == "Certificate"), "no CA without security");
+}

@@ -84,7 +84,7 @@ impl Authority {
 
     /// A leaf for `role` over `scope` (a pipeline, or `*`), valid for `validity` from now. It
     /// serves TLS for the DNS names and IP addresses in `hosts` (none: a client certificate
-    /// only); a serving worker's leaf also names its pipeline's
+    /// only); a worker's leaf for one pipeline also serves its pipeline's
     /// [`worker_server_name`](crate::names::worker_server_name), which clients check.
     pub fn issue(
         &self,
@@ -95,7 +95,7 @@ impl Authority {
     ) -> Result<Issued, AuthorityError> {
         let key = KeyPair::generate()?;
         let mut names: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-        if role == Role::Worker && scope != crate::token::ANY && !hosts.is_empty() {
+        if role == Role::Worker && scope != crate::token::ANY {
             names.push(crate::names::worker_server_name(scope));
         }
         let mut params = CertificateParams::new(names)?;
@@ -106,7 +106,7 @@ impl Authority {
         params.subject_alt_names.push(SanType::URI(uri_name));
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        if !hosts.is_empty() {
+        if !params.subject_alt_names.iter().all(|n| matches!(n, SanType::URI(_))) {
             params.extended_key_usages.push(ExtendedKeyUsagePurpose::ServerAuth);
         }
         params.use_authority_key_identifier_extension = true;
@@ -114,6 +114,22 @@ impl Authority {
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
+}
+
+/// A short, stable name for a PEM text (the first 16 bytes of its SHA-256, in hex): what a
+/// Secret records of the CA that issued it, and what a pod template records of its certificate.
+pub fn fingerprint(pem: &str) -> String {
+    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, pem.as_bytes());
+    hash.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// When the first certificate in `cert_pem` becomes valid and when it expires (Unix seconds);
+/// `None` when the text holds no readable certificate.
+pub fn validity(cert_pem: &str) -> Option<(i64, i64)> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let validity = cert.validity();
+    Some((validity.not_before.timestamp(), validity.not_after.timestamp()))
 }
 
 /// Valid from a minute ago (clocks drift) for `validity`.
@@ -136,5 +152,8 @@ mod tests {
             .unwrap();
         assert!(leaf.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(leaf.key_pem.contains("PRIVATE KEY"));
+        let (from, until) = validity(&leaf.cert_pem).unwrap();
+        assert!((55..=65).contains(&(until - from - 60)), "a minute back for drift, then 60 s");
+        assert_eq!(validity("not a certificate"), None);
     }
 }

@@ -153,4 +153,17 @@ namespace, the release namespace; plus `networkPolicy.workerNamespaces`; each on
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
+# Each pipeline's worker and trainer Secrets (security.enabled): read, server-side applied.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "patch", "create"]
+{{- end -}}
+
+
+{{/*
+The Secret holding the CA: made and rotated by the operator, or by cert-manager
+(security.certManager.enabled).
+*/}}
+{{- define "granary.caSecret" -}}
+{{- printf "%s-ca" (include "granary.fullname" .) -}}
 {{- end -}}

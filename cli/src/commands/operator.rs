@@ -3,7 +3,8 @@
 
 use crate::exit::InvalidInput;
 use anyhow::Context;
-use granary_operator::{OperatorConfig, OperatorOptions, WorkerSettings};
+use granary_operator::credentials::SecurityOptions;
+use granary_operator::{OperatorConfig, OperatorError, OperatorOptions, WorkerSettings};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -62,6 +63,24 @@ pub struct OperatorArgs {
     /// Seconds between autoscaling evaluations.
     #[arg(long, default_value_t = 10.0)]
     pub policy_period: f64,
+    /// Secure the gRPC plane: TLS on every link and a credential on every call. The CA and the
+    /// master key live in Secrets of the operator's namespace; each pipeline gets a worker
+    /// Secret its pods mount and a trainer Secret (`<name>-granary-trainer`) trainers read.
+    #[arg(long, env = "GRANARY_SECURITY")]
+    pub security: bool,
+    /// With `--security`: the Secret holding the CA (`tls.crt`, `tls.key`, `ca.crt`).
+    #[arg(long, env = "GRANARY_CA_SECRET", default_value = "granary-ca")]
+    pub ca_secret: String,
+    /// With `--security`: the Secret holding the master key tokens derive from.
+    #[arg(long, env = "GRANARY_AUTH_SECRET", default_value = "granary-auth")]
+    pub auth_secret: String,
+    /// With `--security`: cert-manager makes and renews the CA Secret; the operator only reads it.
+    #[arg(long, env = "GRANARY_EXTERNAL_CA")]
+    pub external_ca: bool,
+    /// With `--security`: more names the dispatcher's certificate serves, comma-separated,
+    /// besides the host of `--dispatcher-advertise` (the chart adds its Service's names).
+    #[arg(long, env = "GRANARY_DISPATCHER_NAMES", value_delimiter = ',')]
+    pub dispatcher_names: Vec<String>,
 }
 
 impl OperatorArgs {
@@ -99,6 +118,7 @@ impl OperatorArgs {
             lease_namespace: self.lease_namespace.clone(),
             lease_name: self.lease_name.clone(),
             identity,
+            security: self.security.then(|| self.security_options(&dispatcher)),
             config: OperatorConfig {
                 workers: WorkerSettings {
                     image: self.worker_image.clone(),
@@ -112,6 +132,26 @@ impl OperatorArgs {
                 status_period: Duration::from_secs(10),
             },
         })
+    }
+}
+
+impl OperatorArgs {
+    /// The security settings: the dispatcher's certificate names the host workers dial
+    /// (`advertise`), and the names given.
+    fn security_options(&self, advertise: &str) -> SecurityOptions {
+        let host = match advertise.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => advertise,
+        };
+        let mut hosts = vec![host.trim_matches(['[', ']']).to_string()];
+        hosts.extend(watched(&self.dispatcher_names));
+        hosts.dedup();
+        SecurityOptions {
+            ca_secret: self.ca_secret.clone(),
+            key_secret: self.auth_secret.clone(),
+            manage_ca: !self.external_ca,
+            dispatcher_hosts: hosts,
+        }
     }
 }
 
@@ -145,6 +185,11 @@ pub fn operator(args: &OperatorArgs) -> anyhow::Result<ExitCode> {
     let result =
         runtime.block_on(granary_operator::run(options, catalog, bound, super::worker::shutdown_signal()));
     runtime.shutdown_timeout(Duration::from_secs(2));
+    if let Err(OperatorError::Renew) = result {
+        // Kubernetes starts it again, with a fresh certificate.
+        tracing::info!("{}", OperatorError::Renew);
+        return Ok(ExitCode::SUCCESS);
+    }
     result.context("operator stopped")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -172,6 +217,22 @@ mod tests {
         assert_eq!(o.dispatcher_listen.port(), 7070);
         assert_eq!(o.config.workers.image, "img:1");
         assert!(o.namespaces.is_empty() && o.journal.is_none() && o.config.workers.resources.is_none());
+        assert!(o.security.is_none(), "plaintext unless asked");
+    }
+
+    #[test]
+    fn security_names_the_advertised_host_and_the_services_names() {
+        let o =
+            parse(&["--lease-namespace", "g", "--security", "--dispatcher-names", "granary-dispatcher, x"])
+                .unwrap();
+        let s = o.security.unwrap();
+        assert_eq!(s.dispatcher_hosts, ["granary-dispatcher.g.svc", "granary-dispatcher", "x"]);
+        assert!(s.manage_ca);
+        assert_eq!((s.ca_secret.as_str(), s.key_secret.as_str()), ("granary-ca", "granary-auth"));
+        let o = parse(&["--security", "--external-ca", "--dispatcher-advertise", "127.0.0.1:7070"]).unwrap();
+        let s = o.security.unwrap();
+        assert_eq!(s.dispatcher_hosts, ["127.0.0.1"]);
+        assert!(!s.manage_ca);
     }
 
     #[test]
