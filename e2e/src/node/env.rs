@@ -22,12 +22,13 @@ pub struct Sources {
 
 impl Sources {
     /// Reads every Secret and ConfigMap that `pod`'s containers name in `envFrom` or `env`, and
-    /// every ConfigMap of its `configMap` volumes.
+    /// every ConfigMap and Secret of its `configMap` and `secret` volumes.
     pub async fn fetch(client: &Client, pod: &Pod) -> anyhow::Result<Self> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let (mut secret_names, mut map_names) = (BTreeSet::new(), BTreeSet::new());
         for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             map_names.extend(volume.config_map.as_ref().map(|c| c.name.clone()));
+            secret_names.extend(volume.secret.as_ref().and_then(|s| s.secret_name.clone()));
         }
         for c in pod.spec.iter().flat_map(|s| &s.containers) {
             for from in c.env_from.iter().flatten() {

@@ -15,7 +15,8 @@
 //!   `GRANARY_PYTHON` and `VIRTUAL_ENV` ([`launch::INHERITED`]), so `python.map` stages run with
 //!   the Python the agent was started with (scripts/test exports `GRANARY_PYTHON`, a venv with
 //!   NumPy, before e2e/cluster/up starts the agent).
-//! - **ConfigMap volumes**: each `configMap` volume a container mounts is written out as files
+//! - **ConfigMap and Secret volumes**: each `configMap` and `secret` volume a container mounts
+//!   is written out as files (Secrets' readable by the agent's user only)
 //!   under the pod's directory, and its `mountPath` is mapped to that folder in the command, args
 //!   and env values: a value (or `:`-separated element) equal to the `mountPath` or under it
 //!   names the host folder instead ([`volumes`]). So `PYTHONPATH=/etc/granary/python` finds the
@@ -40,13 +41,13 @@
 //!
 //! Each pod lives in `<state-dir>/pods/<namespace>_<name>_<uid prefix>/`: the working directory of
 //! its processes, `tmp/` (their `HOME` and `TMPDIR`, standing for an `emptyDir` at /tmp),
-//! `volumes/<volume>/` (its ConfigMap volumes' files), and one `<container>.log` per container
+//! `volumes/<volume>/` (its ConfigMap and Secret volumes' files), and one `<container>.log` per container
 //! with its stdout and stderr.
 //!
 //! Not supported: init and ephemeral containers (the pod fails with reason `Unsupported`), exec
 //! and HTTPS probes (the container never becomes ready, and its status says so), liveness and
-//! startup probes (ignored), volumes other than ConfigMaps and the pod's tmp dir (their mounts
-//! are ignored), a ConfigMap's `binaryData`, resource limits, and `securityContext`: processes
+//! startup probes (ignored), volumes other than ConfigMaps, Secrets and the pod's tmp dir (their
+//! mounts are ignored), a ConfigMap's `binaryData`, resource limits, and `securityContext`: processes
 //! run as the agent's own user. Bare port numbers in args (`--port 7071`) are not remapped, and
 //! mapped mount paths are visible to a process only where it reads them from its args or env.
 

@@ -1,5 +1,5 @@
-//! Volumes, as far as a kubelet that runs processes can give them: the `configMap` volumes a
-//! container mounts are written out as files under the pod's directory
+//! Volumes, as far as a kubelet that runs processes can give them: the `configMap` and `secret`
+//! volumes a container mounts are written out as files (readable by the agent's user only) under the pod's directory
 //! (`<pod dir>/volumes/<volume>/<key>`, or each `items` entry at its `path`), and the
 //! container's `mountPath` is mapped to that folder in its command, args and env values. There is
 //! no mount namespace, so a value naming a path under a `mountPath` is what gets mapped: the
@@ -12,14 +12,14 @@
 //! the `emptyDir` at /tmp); a ConfigMap's `binaryData` is not written.
 
 use super::env::Sources;
-use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, Pod};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 /// The folder, under the pod's directory, of its materialized volumes.
 pub const VOLUMES_DIR: &str = "volumes";
 
-/// One `configMap` volume a container mounts, ready to be written.
+/// One `configMap` or `secret` volume a container mounts, ready to be written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
     /// The pod volume's name (its folder under [`VOLUMES_DIR`]).
@@ -62,8 +62,9 @@ impl Mounts {
     }
 }
 
-/// The `configMap` volumes `container` of `pod` mounts, with their files from `sources`; or why
-/// the container cannot start (a required ConfigMap or key is missing, a path escapes its volume).
+/// The `configMap` and `secret` volumes `container` of `pod` mounts, with their files from
+/// `sources`; or why the container cannot start (a required ConfigMap, Secret or key is missing,
+/// a path escapes its volume).
 pub fn plan(pod: &Pod, container: &Container, sources: &Sources) -> Result<Vec<Planned>, String> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
     let mut planned = Vec::new();
@@ -71,7 +72,24 @@ pub fn plan(pod: &Pod, container: &Container, sources: &Sources) -> Result<Vec<P
         let Some(volume) = volumes.into_iter().flatten().find(|v| v.name == mount.name) else {
             return Err(format!("volumeMount {:?} names no volume of the pod", mount.name));
         };
-        let Some(source) = &volume.config_map else { continue };
+        let files = if let Some(source) = &volume.config_map {
+            let data = sources.config_maps.get(&source.name).and_then(Option::as_ref);
+            let source = Source {
+                kind: "configmap",
+                name: &source.name,
+                items: &source.items,
+                optional: source.optional,
+            };
+            files_of(&volume.name, &source, data)?
+        } else if let Some(source) = &volume.secret {
+            let name = source.secret_name.clone().unwrap_or_default();
+            let data = sources.secrets.get(&name).and_then(Option::as_ref);
+            let source =
+                Source { kind: "secret", name: &name, items: &source.items, optional: source.optional };
+            files_of(&volume.name, &source, data)?
+        } else {
+            continue;
+        };
         let mount_path = mount.mount_path.trim_end_matches('/').to_string();
         if mount_path.is_empty() || !mount_path.starts_with('/') {
             return Err(format!(
@@ -86,31 +104,40 @@ pub fn plan(pod: &Pod, container: &Container, sources: &Sources) -> Result<Vec<P
                 mount.name
             ));
         }
-        let files = files_of(&volume.name, source, sources)?;
         planned.push(Planned { volume: volume.name.clone(), files, mount_path, sub_path });
     }
     Ok(planned)
 }
 
-/// The files of a `configMap` volume source: every key, or each of `items` at its `path`.
+/// A `configMap` or `secret` volume source.
+struct Source<'a> {
+    /// `configmap` or `secret`, as the kubelet's messages say.
+    kind: &'static str,
+    name: &'a str,
+    items: &'a Option<Vec<KeyToPath>>,
+    optional: Option<bool>,
+}
+
+/// The files of a `configMap` or `secret` volume source, whose object holds `data` (`None`: it
+/// does not exist): every key, or each of `items` at its `path`.
 fn files_of(
     volume: &str,
-    source: &ConfigMapVolumeSource,
-    sources: &Sources,
+    source: &Source<'_>,
+    data: Option<&BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, String>, String> {
-    let name = &source.name;
+    let (kind, name) = (source.kind, source.name);
     let optional = source.optional == Some(true);
-    let Some(data) = sources.config_maps.get(name).and_then(Option::as_ref) else {
+    let Some(data) = data else {
         return if optional {
             Ok(BTreeMap::new())
         } else {
-            Err(format!("MountVolume.SetUp failed for volume {volume:?}: configmap {name:?} not found"))
+            Err(format!("MountVolume.SetUp failed for volume {volume:?}: {kind} {name:?} not found"))
         };
     };
     let Some(items) = &source.items else {
         if let Some(key) = data.keys().find(|k| !is_relative_inside(k) || k.contains('/')) {
             return Err(format!(
-                "volume {volume:?}: configmap {name:?} has key {key:?}, which is not a file name"
+                "volume {volume:?}: {kind} {name:?} has key {key:?}, which is not a file name"
             ));
         }
         return Ok(data.clone());
@@ -130,13 +157,22 @@ fn files_of(
             None if optional => {}
             None => {
                 return Err(format!(
-                    "MountVolume.SetUp failed for volume {volume:?}: configmap {name:?} has no key {:?}",
+                    "MountVolume.SetUp failed for volume {volume:?}: {kind} {name:?} has no key {:?}",
                     item.key
                 ));
             }
         }
     }
     Ok(files)
+}
+
+/// Writes `content` to `file`, readable by this user only (Secrets' files are keys).
+fn write_private(file: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(file)?;
+    out.write_all(content.as_bytes())
 }
 
 /// Whether `path` is a non-empty relative path that stays inside its folder (no `..`, not
@@ -162,7 +198,7 @@ pub fn materialize(planned: &[Planned], pod_dir: &Path) -> std::io::Result<Mount
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::write(&file, content)?;
+            write_private(&file, content)?;
         }
         let host = if p.sub_path.is_empty() { folder } else { folder.join(&p.sub_path) };
         paths.push((p.mount_path.clone(), host));

@@ -192,3 +192,27 @@ fn the_worker_process_sees_the_host_folder_in_its_env_and_args() {
     assert_eq!(l.env["LIST"], format!("/opt/lib:{host}/sub:/etc/granary/pythonic"));
     assert_eq!(l.args.last().unwrap(), &format!("{host}/augment.py"));
 }
+
+#[test]
+fn secret_volumes_are_written_for_the_agents_user_only_and_mapped_in_args() {
+    let pod = pod_with(
+        json!([{"name": "credentials", "secret": {"secretName": "p-granary-worker", "defaultMode": 288}}]),
+        json!([{"name": "credentials", "mountPath": "/var/run/granary/credentials", "readOnly": true}]),
+    );
+    let missing = plan(&pod, container(&pod), &Sources::default()).unwrap_err();
+    assert!(missing.contains("secret \"p-granary-worker\" not found"), "{missing}");
+    let data = [("token", "gr1.x"), ("ca.crt", "PEM")].map(|(k, v)| (k.to_string(), v.to_string()));
+    let sources = Sources {
+        secrets: [("p-granary-worker".to_string(), Some(data.into()))].into(),
+        ..Default::default()
+    };
+    let planned = plan(&pod, container(&pod), &sources).unwrap();
+    assert_eq!(planned[0].files.keys().collect::<Vec<_>>(), ["ca.crt", "token"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mounts = materialize(&planned, dir.path()).unwrap();
+    let token = dir.path().join(VOLUMES_DIR).join("credentials").join("token");
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), "gr1.x");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&token).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(mounts.rewrite("/var/run/granary/credentials/token"), token.display().to_string());
+}
