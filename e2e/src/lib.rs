@@ -241,6 +241,7 @@ pub fn start_consumer_env(dispatcher: &str, pipeline: &str, args: &[&str], env: 
         .args(args)
         .env_remove("GRANARY_TOKEN")
         .env_remove("GRANARY_TLS_CA")
+        .env_remove("GRANARY_TOKEN_FILE")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()

@@ -31,6 +31,7 @@
 mod identity;
 mod python;
 mod running;
+mod secured;
 
 use anyhow::{Context, Result, bail, ensure};
 use granary_crds::InputPipeline;
@@ -133,6 +134,14 @@ async fn a_pipeline_runs_scales_and_stops_on_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_stage_from_a_config_map_runs_on_a_node() {
     run_test("python", python::config_map_stage).await;
+}
+
+/// With security on: the CA and key Secrets, each pipeline's worker and trainer Secrets; a
+/// trainer holding its pipeline's Secret consumes every element once, and one without it (or
+/// with another pipeline's) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_holding_the_pipelines_secret_consumes_and_others_are_refused() {
+    run_test("secured", secured::secured).await;
 }
 
 /// Without `patch` on `deployments/scale`, the failure is reported in status and an Event.
@@ -813,7 +822,9 @@ impl Operator {
             .args(["--metrics-addr", "127.0.0.1:0"])
             .arg("--journal")
             .arg(journal)
-            .args(["--worker-image", &image, "--policy-period", "2"]);
+            .args(["--worker-image", &image, "--policy-period", "2"])
+            // The whole suite runs with TLS and authentication on, as the chart installs it.
+            .arg("--security");
         let mut child = command
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())

@@ -5,7 +5,7 @@
 //! element once, as the function returned it.
 
 use super::*;
-use granary_e2e::{assert_exactly_once, start_consumer_for};
+use granary_e2e::{assert_exactly_once, start_consumer_env};
 use k8s_openapi::api::core::v1::ConfigMap;
 use sha2::Digest;
 
@@ -114,8 +114,10 @@ pub async fn config_map_stage(c: Cluster) -> Result<()> {
 
     let dispatcher = c.dispatcher.clone();
     let pipeline = format!("{}/{name}", c.ns);
+    let credentials = super::secured::trainer_credentials(&c, name).await?;
     let (finished, consumer) = tokio::task::spawn_blocking(move || {
-        let mut consumer = start_consumer_for(&dispatcher, &pipeline, &["--rows"]);
+        let env = credentials.vars();
+        let mut consumer = start_consumer_env(&dispatcher, &pipeline, &["--rows"], &env);
         (consumer.finish(EPOCH_DEADLINE), consumer)
     })
     .await?;

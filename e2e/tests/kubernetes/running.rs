@@ -7,7 +7,7 @@
 
 use super::*;
 use granary_e2e::prometheus::{Prometheus, dashboard_exprs, now, substitute};
-use granary_e2e::{assert_exactly_once, start_consumer_for};
+use granary_e2e::{assert_exactly_once, start_consumer_env};
 
 /// Milliseconds `test.sleep` waits per element.
 const SLEEP_MS: u32 = 10;
@@ -101,8 +101,10 @@ pub async fn whole_loop(c: Cluster) -> Result<()> {
 
     let dispatcher = c.dispatcher.clone();
     let pipeline = format!("{}/{name}", c.ns);
+    let credentials = super::secured::trainer_credentials(&c, name).await?;
     let consumer = tokio::task::spawn_blocking(move || {
-        let mut consumer = start_consumer_for(&dispatcher, &pipeline, &["--step-ms", STEP_MS]);
+        let env = credentials.vars();
+        let mut consumer = start_consumer_env(&dispatcher, &pipeline, &["--step-ms", STEP_MS], &env);
         let finished = consumer.finish(Duration::from_secs(180));
         (finished, consumer)
     });
