@@ -134,6 +134,7 @@ impl Client {
             registration.delivered.clone(),
         ));
         session.set_capability(response.capability.clone());
+        session.set_max_part_bytes(response.max_part_bytes);
         // Workers are dialled by address; their certificates name the pipeline instead.
         let pipeline = &session.consumer.pipeline;
         session.set_tls(tls.map(|tls| tls.naming(granary_security::worker_server_name(pipeline))));

@@ -1,5 +1,6 @@
 //! State the client shares with its background tasks: who it is and how far it got.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -48,6 +49,8 @@ pub(crate) struct Session {
     capability: Mutex<String>,
     /// TLS to the workers, when the client dials TLS.
     tls: Mutex<Option<granary_security::TlsMaterial>>,
+    /// The largest stream message accepted from a worker.
+    max_part_bytes: AtomicUsize,
     progress: Mutex<Progress>,
 }
 
@@ -73,6 +76,7 @@ impl Session {
             client_id: Mutex::new(client_id),
             capability: Mutex::new(String::new()),
             tls: Mutex::new(None),
+            max_part_bytes: AtomicUsize::new(granary_proto::MAX_MESSAGE_BYTES),
             progress: Mutex::new(progress),
         }
     }
@@ -98,6 +102,20 @@ impl Session {
         if !capability.is_empty() {
             *self.capability.lock().unwrap_or_else(PoisonError::into_inner) = capability;
         }
+    }
+
+    /// The largest stream message accepted from a worker: the pipeline's largest batch part
+    /// when the dispatcher knows it, else the transport's cap.
+    pub(crate) fn max_part_bytes(&self) -> usize {
+        self.max_part_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Accepts stream messages of up to `bytes` (the dispatcher's `max_part_bytes`; 0, unknown,
+    /// keeps the cap), never above the transport's cap.
+    pub(crate) fn set_max_part_bytes(&self, bytes: u64) {
+        let cap = granary_proto::MAX_MESSAGE_BYTES;
+        let limit = if bytes == 0 { cap } else { usize::try_from(bytes).map_or(cap, |b| b.min(cap)) };
+        self.max_part_bytes.store(limit, Ordering::Relaxed);
     }
 
     /// TLS settings for worker streams (`None`: plaintext).
@@ -164,5 +182,31 @@ impl Session {
             metrics: Some(metrics),
             finished: progress.finished,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_messages_are_capped_at_the_pipelines_largest_part() {
+        let consumer = Consumer {
+            pipeline: "p".into(),
+            job: "p".into(),
+            consumer_index: 0,
+            num_consumers: 1,
+            mode: Mode::Distributed,
+            plan_fingerprint: 0,
+        };
+        let session = Session::new(consumer, "d".into(), "c".into(), 0, SlotRanges::default());
+        let cap = granary_proto::MAX_MESSAGE_BYTES;
+        assert_eq!(session.max_part_bytes(), cap, "the cap until the dispatcher says");
+        session.set_max_part_bytes(19_333_120);
+        assert_eq!(session.max_part_bytes(), 19_333_120);
+        session.set_max_part_bytes(0);
+        assert_eq!(session.max_part_bytes(), cap, "unknown: the cap");
+        session.set_max_part_bytes(u64::MAX);
+        assert_eq!(session.max_part_bytes(), cap, "never above the cap");
     }
 }

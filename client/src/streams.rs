@@ -7,7 +7,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use granary_proto::MAX_MESSAGE_BYTES;
 use granary_proto::v1::stream_message::Kind;
 use granary_proto::v1::worker_client::WorkerClient;
 use granary_proto::v1::{BatchPart, StreamBatchesRequest, WorkerInfo};
@@ -133,7 +132,7 @@ impl WorkerStream {
                 return Ended::Closed { received: 0 };
             }
         };
-        let mut worker = WorkerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let mut worker = WorkerClient::new(channel).max_decoding_message_size(self.session.max_part_bytes());
         let consumer = &self.session.consumer;
         let request = StreamBatchesRequest {
             pipeline: consumer.pipeline.clone(),

@@ -87,7 +87,7 @@ impl State {
         now: u64,
     ) -> Result<pb::RegisterClientResponse, DispatchError> {
         check_name("pipeline", &req.pipeline)?;
-        let (epochs, batch) = {
+        let (epochs, batch, max_part_bytes) = {
             let p = self.pipeline(&req.pipeline)?;
             if let Some(why) = &p.failed {
                 return Err(DispatchError::FailedPrecondition(format!(
@@ -95,7 +95,7 @@ impl State {
                     req.pipeline
                 )));
             }
-            (p.facts.epochs, p.facts.batch)
+            (p.facts.epochs, p.facts.batch, p.facts.max_part_bytes())
         };
         let job_name = if req.job.is_empty() { req.pipeline.clone() } else { req.job.clone() };
         let mode = mode_of(req.mode)?;
@@ -194,6 +194,7 @@ impl State {
             heartbeat_interval_ms: self.timing.heartbeat_ms,
             plan_fingerprint: fingerprint,
             workers,
+            max_part_bytes,
             ..Default::default()
         })
     }

@@ -164,7 +164,22 @@ impl MixFacts {
     }
 }
 
+use granary_crds::part_bound::PartBound;
+
 impl PipelineFacts {
+    /// The largest batch part the pipeline's workers send, in bytes, when its output shape is
+    /// static (never above the transport's cap); 0 when it is not known.
+    pub fn max_part_bytes(&self) -> u64 {
+        let Ok(manifest) = serde_json::from_str::<granary_crds::InputPipeline>(&self.manifest_json) else {
+            return 0;
+        };
+        let bound = PartBound::of(&manifest.spec);
+        match bound {
+            PartBound::Static { .. } => bound.limit(granary_proto::MAX_MESSAGE_BYTES) as u64,
+            PartBound::Capped => 0,
+        }
+    }
+
     /// Sources of the pipeline: those of `spec.sources`, or 1.
     pub fn inputs(&self) -> usize {
         self.mixing.as_ref().map_or(1, |m| m.splits.len().max(1))

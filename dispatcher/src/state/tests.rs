@@ -341,3 +341,19 @@ fn only_a_leases_holder_completes_it() {
     assert!(s.failure("p").is_none(), "a wrong count from another worker fails nothing");
     complete(&mut s, &lease);
 }
+
+#[test]
+fn registration_tells_the_client_the_largest_part_when_the_shape_is_static() {
+    let mut f = facts(vec![4; 2], 2, 1);
+    assert_eq!(f.max_part_bytes(), 0, "an unreadable manifest: unknown");
+    let text = "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {name: p}\nspec:\n  \
+                source: {url: \"memory://data/\", format: files}\n  \
+                stages: [{op: image.decode}, {op: image.center_crop, size: 32}]\n  batch: {size: 2}\n";
+    let manifest = granary_crds::parse_manifest(text, std::path::Path::new("/"), &[]).unwrap();
+    f.manifest_json = serde_json::to_string(&manifest.pipeline).unwrap();
+    let bytes = f.max_part_bytes();
+    assert!(bytes > 2 * 32 * 32 * 3 && bytes < 1 << 20, "{bytes}");
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", f).unwrap();
+    assert_eq!(client(&mut s, 0, 1, 0).max_part_bytes, bytes);
+}
