@@ -68,6 +68,8 @@ fn main() -> ExitCode {
         // Colours only on a terminal: a pod's log (or any file) gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Before anything links rustls a config (object stores, the Kubernetes client, gRPC).
+    granary_security::provider::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => commands::run::run(&args),

@@ -84,7 +84,7 @@ pub async fn run(
 ) -> Result<(), OperatorError> {
     // One process-wide TLS provider, whichever crates link rustls (kube, object_store's cloud
     // stores): rustls refuses to guess when more than one provider is compiled in.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    granary_security::provider::install();
     let client = kube::Client::try_default().await.map_err(|e| OperatorError::Client(e.to_string()))?;
     note_server_version(&client).await;
     let listener = tokio::net::TcpListener::bind(options.dispatcher_listen)

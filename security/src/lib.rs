@@ -11,6 +11,7 @@
 //! - [`capability`]: the dispatcher's signed, expiring permission for one consumer of one job to
 //!   stream batches, which workers check with the dispatcher's public key only;
 //! - [`names`]: the name a pipeline's workers serve TLS under, whatever address they have;
+//! - [`provider`]: the process's TLS cryptography (aws-lc-rs, AES-128-GCM first);
 //! - [`principal`]: who made a gRPC request, from its certificate or its bearer token;
 //! - [`bearer`]: the caller's side: sending a token with every request.
 
@@ -20,6 +21,7 @@ pub mod capability;
 pub mod key;
 pub mod names;
 pub mod principal;
+pub mod provider;
 pub mod tls;
 pub mod token;
 

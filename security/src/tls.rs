@@ -122,6 +122,7 @@ impl TlsMaterial {
     /// A server's settings: its certificate (it must have one), and client certificates checked
     /// against the CA when presented.
     pub fn server(&self) -> Option<ServerTlsConfig> {
+        crate::provider::install();
         let (cert, key) = self.identity.as_ref()?;
         Some(
             ServerTlsConfig::new()
@@ -135,6 +136,7 @@ impl TlsMaterial {
     /// certificate must carry (`domain`, unless [`TlsMaterial::naming`] set one), and this
     /// side's certificate when it has one.
     pub fn client(&self, domain: &str) -> ClientTlsConfig {
+        crate::provider::install();
         let domain = self.server_name.as_deref().unwrap_or(domain);
         let config =
             ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca)).domain_name(domain);
