@@ -58,8 +58,9 @@ pub struct RunArgs {
     pub exit_when_done: bool,
     /// With `--serve`: TLS and authentication on every endpoint. The run makes a CA, the
     /// dispatcher's and workers' certificates and a trainer token in a private folder (removed
-    /// at exit) and adds `"tls_ca"` and `"token_file"` to the ready line: a trainer sets
-    /// `GRANARY_TLS_CA` to the first and `GRANARY_TOKEN` to the contents of the second.
+    /// at exit, unless `--credentials` names one) and adds `"tls_ca"` and `"token_file"` to the
+    /// ready line: a trainer sets `GRANARY_TLS_CA` to the first and `GRANARY_TOKEN_FILE` to the
+    /// second (or `GRANARY_TOKEN` to its contents).
     #[arg(long, requires = "serve")]
     pub tls: bool,
     /// With `--tls`: keep the run's CA and master key in DIR (created private when missing) and
