@@ -113,7 +113,9 @@ impl Client {
         let tls = options.tls()?;
         let token = options.token()?;
         let mut dispatcher = dispatcher::connect(&address, tls.as_ref(), token.as_deref()).await?;
-        let response = dispatcher::register(&mut dispatcher, &address, registration.request.clone()).await?;
+        let response =
+            dispatcher::register(&mut dispatcher, &address, tls.is_some(), registration.request.clone())
+                .await?;
         let consumer = registration.consumer(&response)?;
         tracing::info!(
             dispatcher = %address,

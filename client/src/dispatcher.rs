@@ -34,17 +34,27 @@ pub(crate) async fn connect(
     Ok(DispatcherClient::with_interceptor(channel, bearer).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
-/// Registers a consumer.
+/// Registers a consumer. `tls` says whether the client dials TLS: a plaintext client whose
+/// first call breaks HTTP/2 is most likely talking to a TLS port, and is told so.
 pub(crate) async fn register(
     dispatcher: &mut Dispatcher,
     address: &str,
+    tls: bool,
     request: RegisterClientRequest,
 ) -> Result<RegisterClientResponse, ClientError> {
-    dispatcher
-        .register_client(request)
-        .await
-        .map(tonic::Response::into_inner)
-        .map_err(|status| ClientError::from_status("RegisterClient", address, &status))
+    dispatcher.register_client(request).await.map(tonic::Response::into_inner).map_err(|status| {
+        if !tls && status.message().contains("protocol error") {
+            return ClientError::Unreachable {
+                address: address.to_owned(),
+                reason: format!(
+                    "RegisterClient: {}; the dispatcher likely serves TLS: give its CA certificate \
+                     (GRANARY_TLS_CA, ClientOptions::tls, or tls_ca= in Python) and a token",
+                    status.message()
+                ),
+            };
+        }
+        ClientError::from_status("RegisterClient", address, &status)
+    })
 }
 
 /// The consumer's plan for `epoch`.

@@ -69,7 +69,7 @@ async fn register_again(dispatcher: &mut Dispatcher, session: &Session, streams:
         num_consumers: consumer.num_consumers,
         resume: Some(session.resume_point()),
     };
-    match dispatcher::register(dispatcher, &session.address, request).await {
+    match dispatcher::register(dispatcher, &session.address, session.tls().is_some(), request).await {
         Ok(response) => {
             if response.consumer_index != consumer.consumer_index {
                 tracing::warn!(
