@@ -55,6 +55,13 @@ impl PartBound {
         }
     }
 
+    /// The bound of the pipeline in `manifest_json` (an `InputPipeline` as JSON, as the
+    /// dispatcher keeps and sends it); [`PartBound::Capped`] when it does not parse.
+    pub fn of_manifest_json(manifest_json: &str) -> PartBound {
+        serde_json::from_str::<crate::InputPipeline>(manifest_json)
+            .map_or(PartBound::Capped, |manifest| PartBound::of(&manifest.spec))
+    }
+
     /// The message limit to use: the static bound, never above `cap`; `cap` otherwise.
     pub fn limit(&self, cap: usize) -> usize {
         match self {

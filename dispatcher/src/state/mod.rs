@@ -170,10 +170,7 @@ impl PipelineFacts {
     /// The largest batch part the pipeline's workers send, in bytes, when its output shape is
     /// static (never above the transport's cap); 0 when it is not known.
     pub fn max_part_bytes(&self) -> u64 {
-        let Ok(manifest) = serde_json::from_str::<granary_crds::InputPipeline>(&self.manifest_json) else {
-            return 0;
-        };
-        let bound = PartBound::of(&manifest.spec);
+        let bound = PartBound::of_manifest_json(&self.manifest_json);
         match bound {
             PartBound::Static { .. } => bound.limit(granary_proto::MAX_MESSAGE_BYTES) as u64,
             PartBound::Capped => 0,

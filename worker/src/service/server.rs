@@ -45,18 +45,19 @@ pub struct StreamLimits {
 impl StreamLimits {
     /// Sizes `pipeline`'s messages to the largest batch part `spec` can produce.
     pub fn learn(&self, pipeline: &str, spec: &granary_crds::InputPipelineSpec) {
-        let bound = PartBound::of(spec);
+        self.set(pipeline, PartBound::of(spec));
+    }
+
+    fn set(&self, pipeline: &str, bound: PartBound) {
         let limit = bound.limit(MAX_MESSAGE_BYTES);
         tracing::debug!(%pipeline, ?bound, limit, "stream message limit");
         self.limits.write().unwrap_or_else(PoisonError::into_inner).insert(pipeline.to_string(), limit);
     }
 
     /// Sizes `pipeline`'s messages from its manifest as the dispatcher sends it (JSON); one that
-    /// does not parse is left at the cap, and its engine reports why.
+    /// does not parse gets the cap, and its engine reports why.
     pub fn learn_json(&self, pipeline: &str, manifest_json: &str) {
-        if let Ok(manifest) = serde_json::from_str::<granary_crds::InputPipeline>(manifest_json) {
-            self.learn(pipeline, &manifest.spec);
-        }
+        self.set(pipeline, PartBound::of_manifest_json(manifest_json));
     }
 
     /// The limit of `pipeline`'s messages.
