@@ -15,11 +15,11 @@ use super::producer::{Producer, ProducerError};
 use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::{EngineError, EngineOptions};
 use granary_proto::v1::{
-    CacheOutcome, CacheProfile, CompleteSplitRequest, CountSplitRequest, GetPipelineRequest, Lease,
+    CacheOutcome, CacheProfile, CompleteSplitRequest, CountSplitRequest, GetPipelineRequest, JobRef, Lease,
     LeaseSplitRequest, RegisterWorkerRequest, ReportCacheProfileRequest, ReturnLeaseRequest,
     WorkerHeartbeatRequest, WorkerHeartbeatResponse, WorkerMetrics,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -35,6 +35,9 @@ const DEFAULT_RETRY: Duration = Duration::from_millis(200);
 /// Completion attempts answered `NOT_FOUND` before giving up (a restarted dispatcher may need a
 /// re-registration first).
 const COMPLETE_NOT_FOUND_ATTEMPTS: u32 = 20;
+/// Most jobs with queued parts a heartbeat names (the dispatcher answers with their gone
+/// consumers); past it, the held leases' jobs still are.
+const MAX_QUEUED_JOBS: usize = 256;
 
 /// Settings of the agent.
 pub struct AgentConfig {
@@ -263,10 +266,12 @@ impl Agent {
         let mut wait = self.heartbeat_interval();
         loop {
             tokio::time::sleep(wait).await;
+            let queued = self.queues.queued_jobs(MAX_QUEUED_JOBS);
             let request = WorkerHeartbeatRequest {
                 worker_id: self.worker_id(),
                 leases: self.leases.ids(),
                 metrics: Some(self.metrics(&mut sampler)),
+                queued: queued.into_iter().map(|(pipeline, job)| JobRef { pipeline, job }).collect(),
             };
             wait = match self.client().worker_heartbeat(request).await {
                 Ok(response) => {
@@ -317,10 +322,21 @@ impl Agent {
         for lease in &revoked {
             tracing::info!(lease = lease.lease_id, epoch = lease.epoch, split = lease.split, "lease revoked");
         }
-        for gone in response.gone {
-            let key =
-                ConsumerKey { pipeline: gone.pipeline, job: gone.job, consumer_index: gone.consumer_index };
+        let mut gone = HashSet::with_capacity(response.gone.len());
+        for consumer in response.gone {
+            let key = ConsumerKey {
+                pipeline: consumer.pipeline,
+                job: consumer.job,
+                consumer_index: consumer.consumer_index,
+            };
             self.queues.mark_gone(&key);
+            gone.insert(key);
+        }
+        // The dispatcher names only the gone consumers of the jobs this worker produces for:
+        // the other empty queues without a stream are no longer needed.
+        let dropped = self.queues.sweep(&gone);
+        if dropped > 0 {
+            tracing::debug!(dropped, "idle consumer queues dropped");
         }
     }
 
@@ -335,6 +351,7 @@ impl Agent {
             cache_written: self.counters.cache_bytes_written.load(Ordering::Relaxed),
             cache_fallbacks: self.counters.cache_fallback_splits.load(Ordering::Relaxed),
             cache_recomputed: self.counters.cache_recomputed.load(Ordering::Relaxed),
+            skipped: self.counters.skipped.load(Ordering::Relaxed),
             ..Totals::default()
         };
         let sample = sampler.sample(Inputs {
@@ -569,12 +586,14 @@ impl Agent {
 
     fn handle(self: &Arc<Self>, event: Event, completions: &mut JoinSet<()>) {
         match event {
-            Event::Produced { lease_id, elements, delivered, cache } => {
+            Event::Produced { lease_id, elements, delivered, cache, skipped } => {
                 if let (Some(took), Some(exposition)) = (self.leases.produced(lease_id), &self.exposition) {
                     exposition.split_produced(took);
                 }
                 let agent = Arc::clone(self);
-                completions.spawn(async move { agent.complete(lease_id, elements, delivered, cache).await });
+                completions.spawn(async move {
+                    agent.complete(lease_id, elements, delivered, cache, skipped).await
+                });
             }
             Event::Counted(counted) => {
                 if let (Some(took), Some(exposition)) =
@@ -658,7 +677,14 @@ impl Agent {
     }
 
     /// Once the split's ends were taken by every consumer stream, tells the dispatcher.
-    async fn complete(&self, id: u64, elements: u64, delivered: Delivered, cache: CacheOutcome) {
+    async fn complete(
+        &self,
+        id: u64,
+        elements: u64,
+        delivered: Delivered,
+        cache: CacheOutcome,
+        skipped: crate::executor::Skips,
+    ) {
         delivered.wait().await;
         let mut backoff = Backoff::new();
         let mut not_found = 0;
@@ -675,6 +701,8 @@ impl Agent {
                 split: lease.split,
                 elements,
                 cache: Some(cache.clone()),
+                skipped: skipped.elements,
+                skip_error: skipped.first.clone().unwrap_or_default(),
             };
             match self.client().complete_split(request).await {
                 Ok(_) => {

@@ -6,10 +6,15 @@
 //! the same consumer replaces the previous one and drains what is left. When the dispatcher
 //! reports a consumer gone, its queue is emptied and everything routed to it is dropped until a
 //! new stream for it arrives, so a consumer that never reads cannot hold a worker forever.
+//!
+//! The map of queues shrinks: [`Queues::sweep`] (after each heartbeat) drops the queues with
+//! nothing queued and no stream, except those of consumers the dispatcher just reported gone
+//! (their marker keeps dropping what is routed to them), and releases the map's spare capacity.
+//! A queue is looked up and locked under the map's lock, so one being swept is never pushed to.
 
 use futures::Stream;
 use granary_proto::v1::{BatchPart, SplitEnd, StreamMessage, stream_message};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -157,29 +162,90 @@ impl Queues {
         &self.taken
     }
 
-    fn queue(&self, key: &ConsumerKey) -> Arc<Queue> {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(q) = queues.get(key) {
-            return Arc::clone(q);
+    fn map(&self) -> MutexGuard<'_, HashMap<ConsumerKey, Arc<Queue>>> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on `key`'s queue (made if missing), locked before the map is released: a sweep
+    /// cannot remove it between the lookup and `f`.
+    fn with_queue<R>(&self, key: &ConsumerKey, f: impl FnOnce(&Queue, MutexGuard<'_, State>) -> R) -> R {
+        let mut queues = self.map();
+        let queue = match queues.get(key) {
+            Some(q) => Arc::clone(q),
+            None => {
+                let q = Arc::new(Queue::default());
+                if self.closed.load(Ordering::Acquire) {
+                    q.lock().closed = true;
+                }
+                queues.insert(key.clone(), Arc::clone(&q));
+                q
+            }
+        };
+        let state = queue.lock();
+        drop(queues);
+        f(&queue, state)
+    }
+
+    /// Drops the queues with nothing queued and no stream, but those of `gone` marked gone,
+    /// and releases the map's spare room; returns how many were dropped.
+    pub fn sweep(&self, gone: &HashSet<ConsumerKey>) -> usize {
+        let mut queues = self.map();
+        let before = queues.len();
+        queues.retain(|key, queue| {
+            let state = queue.lock();
+            !state.entries.is_empty() || state.stream != 0 || (state.gone && gone.contains(key))
+        });
+        if queues.capacity() > 64 && queues.len() * 4 < queues.capacity() {
+            queues.shrink_to_fit();
         }
-        let q = Arc::new(Queue::default());
-        if self.closed.load(Ordering::Acquire) {
-            q.lock().closed = true;
+        before - queues.len()
+    }
+
+    /// Consumer queues held.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// True when no queue is held.
+    pub fn is_empty(&self) -> bool {
+        self.map().is_empty()
+    }
+
+    /// `(pipeline, job)` of the queues holding messages, at most `limit`: the jobs the
+    /// dispatcher is asked about besides those of the held leases.
+    pub fn queued_jobs(&self, limit: usize) -> Vec<(String, String)> {
+        let queues = self.map();
+        let mut jobs = BTreeSet::new();
+        for (key, queue) in queues.iter() {
+            if jobs.len() >= limit {
+                break;
+            }
+            if !queue.lock().entries.is_empty() {
+                jobs.insert((key.pipeline.clone(), key.job.clone()));
+            }
         }
-        queues.insert(key.clone(), Arc::clone(&q));
-        q
+        jobs.into_iter().collect()
     }
 
     fn all(&self) -> Vec<Arc<Queue>> {
-        self.queues.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
+        self.map().values().cloned().collect()
     }
 
     /// Queues `part` for `key`, waiting while the queue is full. Blocks the calling thread: call
     /// it from a producer thread, not from the async runtime. Gives up when `cancel` is set.
     pub fn push_part(&self, key: &ConsumerKey, part: BatchPart, cancel: &AtomicBool) -> Pushed {
         let bytes = part.tensors.iter().map(|t| t.data.len()).sum();
-        let queue = self.queue(key);
-        let mut state = queue.lock();
+        self.with_queue(key, |queue, state| self.push_into(queue, state, part, bytes, cancel))
+    }
+
+    fn push_into(
+        &self,
+        queue: &Queue,
+        mut state: MutexGuard<'_, State>,
+        part: BatchPart,
+        bytes: usize,
+        cancel: &AtomicBool,
+    ) -> Pushed {
         loop {
             if state.closed {
                 return Pushed::Closed;
@@ -208,29 +274,38 @@ impl Queues {
     /// Queues the end of a split for `key` (never waits). `token` is dropped once the message was
     /// taken by a stream or dropped with the queue's contents.
     pub fn push_end(&self, key: &ConsumerKey, end: SplitEnd, token: DeliveryToken) -> Pushed {
-        let queue = self.queue(key);
-        let mut state = queue.lock();
-        if state.closed {
-            return Pushed::Closed;
-        }
-        if state.gone {
-            return Pushed::Gone;
-        }
-        state.entries.push_back(Entry {
-            message: StreamMessage { kind: Some(stream_message::Kind::SplitEnd(end)) },
-            part_bytes: None,
-            _token: Some(token),
-        });
-        drop(state);
-        queue.ready.notify_waiters();
-        Pushed::Queued
+        self.with_queue(key, |queue, mut state| {
+            if state.closed {
+                return Pushed::Closed;
+            }
+            if state.gone {
+                return Pushed::Gone;
+            }
+            state.entries.push_back(Entry {
+                message: StreamMessage { kind: Some(stream_message::Kind::SplitEnd(end)) },
+                part_bytes: None,
+                _token: Some(token),
+            });
+            drop(state);
+            queue.ready.notify_waiters();
+            Pushed::Queued
+        })
     }
 
     /// Starts a stream of `key`'s messages; the previous stream of that consumer ends, and a
     /// consumer reported gone is taken back.
     pub fn open_stream(&self, key: &ConsumerKey) -> ConsumerStream {
-        let queue = self.queue(key);
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let queue = {
+            let mut queues = self.map();
+            let queue = Arc::clone(queues.entry(key.clone()).or_insert_with(|| {
+                let q = Arc::new(Queue::default());
+                q.lock().closed = self.closed.load(Ordering::Acquire);
+                q
+            }));
+            drop(queues);
+            queue
+        };
         {
             let mut state = queue.lock();
             state.stream = id;
@@ -238,30 +313,29 @@ impl Queues {
         }
         // Wake the previous stream so that it sees it was replaced.
         queue.ready.notify_waiters();
-        let taken = Arc::clone(&self.taken);
-        Box::pin(futures::stream::unfold((queue, id, taken), |(queue, id, taken)| async move {
-            let message = next_message(&queue, id, &taken).await?;
-            Some((Ok(message), (queue, id, taken)))
+        let attached = Attached { queue, id, taken: Arc::clone(&self.taken) };
+        Box::pin(futures::stream::unfold(attached, |attached| async move {
+            let message = next_message(&attached.queue, attached.id, &attached.taken).await?;
+            Some((Ok(message), attached))
         }))
     }
 
     /// Drops everything queued for `key` and everything routed to it until a new stream for it
     /// arrives; ends its current stream.
     pub fn mark_gone(&self, key: &ConsumerKey) {
-        let queue = self.queue(key);
-        let dropped = {
-            let mut state = queue.lock();
+        let dropped = self.with_queue(key, |queue, mut state| {
             let dropped = state.parts;
             state.gone = true;
             state.stream = 0;
             state.clear();
+            drop(state);
+            queue.room.notify_all();
+            queue.ready.notify_waiters();
             dropped
-        };
+        });
         if dropped > 0 {
             tracing::info!(consumer = %key, parts = dropped, "consumer gone; dropped its queued parts");
         }
-        queue.room.notify_all();
-        queue.ready.notify_waiters();
     }
 
     /// Ends every stream and drops everything queued or pushed from now on.
@@ -283,6 +357,23 @@ impl Queues {
         let queues = self.all();
         let parts = queues.iter().map(|q| q.lock().parts).sum();
         (parts, queues.len() * self.capacity)
+    }
+}
+
+/// A stream's hold on its queue: when the stream ends or its caller drops it, the queue has no
+/// stream any more (unless a newer one replaced it), so a sweep may drop it once empty.
+struct Attached {
+    queue: Arc<Queue>,
+    id: u64,
+    taken: Arc<Taken>,
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let mut state = self.queue.lock();
+        if state.stream == self.id {
+            state.stream = 0;
+        }
     }
 }
 
@@ -409,6 +500,42 @@ mod tests {
         let never = AtomicBool::new(false);
         assert_eq!(queues.push_part(&key(3), part(7), &never), Pushed::Queued);
         assert_eq!(lo_of(&stream.next().await.unwrap().unwrap()), Some(7));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_map_drops_the_queues_of_consumers_that_left() {
+        let queues = Queues::new(2);
+        let never = AtomicBool::new(false);
+        // 500 consumers that opened a stream and left without reading.
+        for i in 0..500 {
+            drop(queues.open_stream(&key(i)));
+        }
+        // One with a part waiting for it, one reading, one reported gone.
+        assert_eq!(queues.push_part(&key(1000), part(0), &never), Pushed::Queued);
+        let mut reading = queues.open_stream(&key(1001));
+        queues.mark_gone(&key(1002));
+        assert_eq!(queues.len(), 503);
+        assert_eq!(queues.queued_jobs(10), vec![("p".to_string(), "j".to_string())]);
+        let gone: HashSet<ConsumerKey> = [key(1002)].into();
+        assert_eq!(queues.sweep(&gone), 500);
+        assert_eq!(queues.len(), 3);
+        assert!(queues.map().capacity() < 64, "the spare room is released: {}", queues.map().capacity());
+        // The gone marker still drops what is routed to it; once not reported, it goes too.
+        assert_eq!(queues.push_part(&key(1002), part(1), &never), Pushed::Gone);
+        assert_eq!(queues.sweep(&HashSet::new()), 1);
+        // The waiting part is still there for its consumer, the reading stream still reads.
+        let mut late = queues.open_stream(&key(1000));
+        assert_eq!(lo_of(&late.next().await.unwrap().unwrap()), Some(0));
+        assert_eq!(queues.push_part(&key(1001), part(5), &never), Pushed::Queued);
+        assert_eq!(lo_of(&reading.next().await.unwrap().unwrap()), Some(5));
+        assert_eq!(queues.sweep(&HashSet::new()), 0, "both have a stream");
+        drop((late, reading));
+        assert_eq!(queues.sweep(&HashSet::new()), 2);
+        assert!(queues.is_empty());
+        // A swept consumer's queue comes back on demand.
+        assert_eq!(queues.push_part(&key(3), part(9), &never), Pushed::Queued);
+        let mut back = queues.open_stream(&key(3));
+        assert_eq!(lo_of(&back.next().await.unwrap().unwrap()), Some(9));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ use granary_security::CapabilityVerifier;
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -20,8 +21,21 @@ use tonic::{Request, Response, Status};
 
 /// Largest request a worker accepts: a `StreamBatchesRequest` is a few names and a capability.
 const MAX_REQUEST_BYTES: usize = 64 << 10;
-/// Streams one connection may hold open at once (a trainer opens one per consumer).
+/// Requests one connection may have in flight at once (a `StreamBatches` call is in flight
+/// until its stream is answered, not while it streams).
 const MAX_CONCURRENT_PER_CONNECTION: usize = 64;
+/// HTTP/2 streams one connection may hold open at once (a trainer opens one per consumer it
+/// reads for); the peer's HTTP/2 stack refuses more.
+const MAX_STREAMS_PER_CONNECTION: u32 = 128;
+/// Batch streams the worker holds open at once, every connection together: past it a new
+/// stream is refused with RESOURCE_EXHAUSTED, so idle streams cannot grow the worker's memory
+/// without bound.
+pub const MAX_OPEN_STREAMS: usize = 4096;
+/// Longest the answer to a request may take (a `StreamBatches` call is answered at once; its
+/// stream then lasts as long as the consumer reads).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest header block of a request: a capability and the gRPC headers fit many times over.
+const MAX_HEADER_BYTES: u32 = 64 << 10;
 /// Longest a TLS handshake may take.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -86,6 +100,43 @@ fn limited(stream: ConsumerStream, pipeline: String, limits: Arc<StreamLimits>) 
             )));
         }
         Ok(message)
+    }))
+}
+
+/// Counts a worker's open streams: a [`StreamSlot`] is held by each.
+#[derive(Debug, Default)]
+struct OpenStreams(AtomicUsize);
+
+/// One open stream's place in [`OpenStreams`], given back when the stream is dropped.
+struct StreamSlot(Arc<OpenStreams>);
+
+impl OpenStreams {
+    /// A place for one more stream, unless [`MAX_OPEN_STREAMS`] are open.
+    fn take(self: &Arc<Self>, limit: usize) -> Option<StreamSlot> {
+        let mut open = self.0.load(Ordering::Relaxed);
+        loop {
+            if open >= limit {
+                return None;
+            }
+            match self.0.compare_exchange_weak(open, open + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(StreamSlot(Arc::clone(self))),
+                Err(now) => open = now,
+            }
+        }
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Holds `slot` as long as `stream` lives.
+fn counted(stream: ConsumerStream, slot: StreamSlot) -> ConsumerStream {
+    Box::pin(stream.map(move |message| {
+        let _held = &slot;
+        message
     }))
 }
 
@@ -156,6 +207,8 @@ pub struct WorkerApi {
     pipeline: Option<String>,
     gate: Arc<CapabilityGate>,
     limits: Arc<StreamLimits>,
+    open: Arc<OpenStreams>,
+    max_open: usize,
 }
 
 impl WorkerApi {
@@ -166,7 +219,15 @@ impl WorkerApi {
             pipeline,
             gate: Arc::new(CapabilityGate::default()),
             limits: Arc::new(StreamLimits::default()),
+            open: Arc::default(),
+            max_open: MAX_OPEN_STREAMS,
         }
+    }
+
+    /// Holds at most `max` streams open at once (default [`MAX_OPEN_STREAMS`]).
+    pub fn with_max_open_streams(mut self, max: usize) -> WorkerApi {
+        self.max_open = max;
+        self
     }
 
     /// Sizes each pipeline's messages with `limits`.
@@ -223,9 +284,18 @@ impl Worker for WorkerApi {
         let peer = request.remote_addr();
         let request = request.into_inner();
         let key = self.check(&request)?;
+        let Some(slot) = self.open.take(self.max_open) else {
+            tracing::warn!(consumer = %key, ?peer, limit = self.max_open, "too many open streams; one refused");
+            return Err(Status::resource_exhausted(format!(
+                "this worker holds {} batch streams open, its limit: close idle streams (one per \
+                 consumer is enough), or add workers",
+                self.max_open
+            )));
+        };
         tracing::info!(consumer = %key, client_id = %request.client_id, ?peer, "consumer stream opened");
         let limits = Arc::clone(&self.limits);
-        Ok(Response::new(limited(self.queues.open_stream(&key), key.pipeline.clone(), limits)))
+        let stream = limited(self.queues.open_stream(&key), key.pipeline.clone(), limits);
+        Ok(Response::new(counted(stream, slot)))
     }
 }
 
@@ -247,7 +317,10 @@ pub fn spawn(
         builder = builder.tls_config(tls.timeout(TLS_HANDSHAKE_TIMEOUT))?;
     }
     let server = builder
+        .timeout(REQUEST_TIMEOUT)
         .concurrency_limit_per_connection(MAX_CONCURRENT_PER_CONNECTION)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_max_header_list_size(MAX_HEADER_BYTES)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .http2_adaptive_window(Some(true))
@@ -322,6 +395,18 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    #[tokio::test]
+    async fn streams_past_the_limit_are_refused_until_one_closes() {
+        let api = WorkerApi::new(Arc::new(Queues::new(4)), None).with_max_open_streams(2);
+        let first = api.stream_batches(request("p", "a", "c")).await.unwrap();
+        let _second = api.stream_batches(request("p", "b", "c")).await.unwrap();
+        let Err(status) = api.stream_batches(request("p", "c", "c")).await else { panic!("accepted") };
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains("holds 2 batch streams open"), "{}", status.message());
+        drop(first);
+        assert!(api.stream_batches(request("p", "c", "c")).await.is_ok(), "a closed stream frees its place");
     }
 
     #[tokio::test]
