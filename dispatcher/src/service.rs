@@ -2,7 +2,7 @@
 //! and what its host reads of them. Its gRPC face is in `api`, its cache I/O in `cache_io`.
 
 use crate::catalog::Catalog;
-use crate::journal::{Journal, JournalError};
+use crate::journal::{Batch, Committer, Journal, JournalError};
 use crate::state::{
     CacheReport, DispatchError, Event, JobProgress, MetricsSnapshot, MixFacts, PipelineFacts, State, Timing,
 };
@@ -10,7 +10,8 @@ use granary_crds::Manifest;
 use granary_proto::v1 as pb;
 use granary_store::cache::{CacheStore, Fingerprint};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
 use tonic::Status;
 
 /// Dispatcher settings.
@@ -29,6 +30,9 @@ pub struct DispatcherConfig {
     /// TLS for the gRPC API: the dispatcher's certificate and the CA its clients' certificates
     /// must chain to. `None`: plaintext (loopback use).
     pub tls: Option<granary_security::TlsMaterial>,
+    /// How long a failing journal store is retried before the dispatcher stops serving;
+    /// `None`: 20 s.
+    pub journal_retry: Option<Duration>,
 }
 
 /// A failure starting or serving.
@@ -46,17 +50,21 @@ pub enum DispatcherError {
     /// A pipeline could not be registered.
     #[error(transparent)]
     Refused(#[from] DispatchError),
+    /// The dispatcher stopped serving: another took its journal over, the journal could not be
+    /// written, or its host lost leadership. Restarting replays the journal.
+    #[error("the dispatcher stopped serving: {0}")]
+    Halted(String),
 }
 
 pub(crate) struct Inner {
     state: Mutex<State>,
-    journal: Option<tokio::sync::Mutex<Journal>>,
+    journal: Option<Committer>,
+    /// Why the dispatcher stopped serving, once it did.
+    halted: Arc<watch::Sender<Option<String>>>,
     catalog: Arc<dyn Catalog>,
     start: Instant,
     /// `DispatcherConfig::cache_max_bytes`.
     pub(crate) cache_max_bytes: Option<u64>,
-    /// Journal appends that succeeded and that failed.
-    journal_writes: [std::sync::atomic::AtomicU64; 2],
     /// Held by the eviction pass: one at a time.
     pub(crate) evicting: tokio::sync::Mutex<()>,
     /// Access control, when authentication is on.
@@ -77,37 +85,59 @@ impl Dispatcher {
         config: DispatcherConfig,
         catalog: Arc<dyn Catalog>,
     ) -> Result<Dispatcher, DispatcherError> {
-        let id_base = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_millis() as u64 & 0xffff_ffff_ffff);
-        let mut state = State::new(config.timing, id_base);
-        state.set_private(config.auth_key.is_some());
+        let state = State::new(config.timing, id_base());
         let journal = match &config.journal {
-            Some(url) => {
-                let (journal, events) = Journal::open(url).await?;
-                for event in &events {
-                    state.apply(event);
-                }
-                if !events.is_empty() {
-                    tracing::info!(events = events.len(), "dispatcher state recovered from the journal");
-                }
-                Some(tokio::sync::Mutex::new(journal))
-            }
+            Some(url) => Some(Journal::open(url).await?),
             None => None,
         };
-        Ok(Dispatcher {
+        Ok(Dispatcher::build(config, catalog, state, journal))
+    }
+
+    /// Builds the dispatcher on a journal opened by the caller (on a store of its choosing),
+    /// replaying `events`, what opening it returned; `config.journal` is not read.
+    pub fn on_journal(
+        config: DispatcherConfig,
+        catalog: Arc<dyn Catalog>,
+        journal: Journal,
+        events: Vec<Event>,
+    ) -> Dispatcher {
+        let state = State::new(config.timing, id_base());
+        Dispatcher::build(config, catalog, state, Some((journal, events)))
+    }
+
+    fn build(
+        config: DispatcherConfig,
+        catalog: Arc<dyn Catalog>,
+        mut state: State,
+        journal: Option<(Journal, Vec<Event>)>,
+    ) -> Dispatcher {
+        state.set_private(config.auth_key.is_some());
+        let halted = Arc::new(watch::channel(None).0);
+        let retry_for = config.journal_retry.unwrap_or(crate::journal::RETRY_FOR);
+        let journal = journal.map(|(journal, events)| {
+            for event in &events {
+                state.apply(event);
+            }
+            // Replaying produces no events, but leave none behind for the first request.
+            drop(state.take_events());
+            if !events.is_empty() {
+                tracing::info!(events = events.len(), "dispatcher state recovered from the journal");
+            }
+            Committer::new(journal, Arc::clone(&halted), retry_for)
+        });
+        Dispatcher {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
                 journal,
+                halted,
                 catalog,
                 start: Instant::now(),
                 cache_max_bytes: config.cache_max_bytes,
-                journal_writes: Default::default(),
                 evicting: tokio::sync::Mutex::new(()),
                 access: config.auth_key.as_ref().map(crate::access::Access::new),
                 tls: config.tls.clone(),
             }),
-        })
+        }
     }
 
     /// Milliseconds since this dispatcher started: the state's clock.
@@ -120,41 +150,91 @@ impl Dispatcher {
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `f` on the state and journals the events it produced before returning; touches the
-    /// cache entries pipelines started reading.
+    /// Runs `f` on the state and returns once the events it produced are durable in the
+    /// journal; touches the cache entries pipelines started reading. The events queue for the
+    /// journal while the state is still locked, so the journal's order is the state's. Once the
+    /// dispatcher stopped serving, every call fails `UNAVAILABLE`.
     pub(crate) async fn mutate<T>(
         &self,
         f: impl FnOnce(&mut State, u64) -> Result<T, DispatchError>,
     ) -> Result<T, Status> {
+        self.serving()?;
         let now = self.now();
-        let (result, events, touches) = {
+        let (result, ticket, touches) = {
             let mut state = self.state();
             let result = f(&mut state, now);
-            (result, state.take_events(), state.take_cache_touches())
+            let events = state.take_events();
+            let ticket = match &self.inner.journal {
+                Some(journal) if !events.is_empty() => Some(journal.enqueue(events)),
+                _ => None,
+            };
+            (result, ticket, state.take_cache_touches())
         };
         touch_entries(touches);
-        self.persist(events).await;
+        if let Some(ticket) = ticket {
+            self.durable(ticket).await?;
+        }
         result.map_err(status)
     }
 
-    async fn persist(&self, events: Vec<Event>) {
-        let Some(journal) = &self.inner.journal else { return };
-        if events.is_empty() {
-            return;
+    /// `UNAVAILABLE` once the dispatcher stopped serving.
+    fn serving(&self) -> Result<(), Status> {
+        match &*self.inner.halted.borrow() {
+            Some(why) => Err(Status::unavailable(format!("the dispatcher stopped serving: {why}"))),
+            None => Ok(()),
         }
-        let mut journal = journal.lock().await;
-        let appended = journal.append(&events).await;
-        let outcome = usize::from(appended.is_err());
-        self.inner.journal_writes[outcome].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = appended {
-            tracing::error!("cannot journal dispatcher state: {e}");
-            return;
+    }
+
+    /// Waits until `ticket`'s events are durable. The write runs in a task of its own, so that
+    /// a request given up on does not cut a write short.
+    async fn durable(&self, ticket: u64) -> Result<(), Status> {
+        let inner = Arc::clone(&self.inner);
+        let written = tokio::spawn(async move {
+            let Some(journal) = &inner.journal else { return Ok(()) };
+            let take = |compact: bool| -> Batch {
+                let mut state = inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let stray = state.take_events();
+                let snapshot = compact.then(|| state.snapshot_events());
+                journal.take(stray, snapshot)
+            };
+            journal.commit(ticket, take).await
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(Status::unavailable(format!("the dispatcher stopped serving: {why}"))),
+            Err(e) => Err(Status::internal(format!("the journal writer failed: {e}"))),
         }
-        if journal.wants_compaction() {
-            let all = self.state().snapshot_events();
-            if let Err(e) = journal.compact(all).await {
-                tracing::error!("cannot compact the journal: {e}");
+    }
+
+    /// Stops serving for good: every request from now on fails `UNAVAILABLE`, and the server
+    /// ends (see [`Dispatcher::halted`]). For a host that lost the right to serve (its
+    /// leadership); the first reason given is kept.
+    pub fn halt(&self, why: &str) {
+        self.inner.halted.send_if_modified(|halted| {
+            let first = halted.is_none();
+            if first {
+                tracing::error!("the dispatcher stops serving: {why}");
+                *halted = Some(why.to_string());
             }
+            first
+        });
+    }
+
+    /// Why the dispatcher stopped serving, once it did.
+    pub fn halt_reason(&self) -> Option<String> {
+        self.inner.halted.borrow().clone()
+    }
+
+    /// Completes, with the reason, once the dispatcher stopped serving: another dispatcher
+    /// took its journal over, the journal could not be written, or [`Dispatcher::halt`].
+    pub async fn halted(&self) -> String {
+        let mut halted = self.inner.halted.subscribe();
+        let why = halted.wait_for(Option::is_some).await.ok().map(|why| why.clone().unwrap_or_default());
+        match why {
+            Some(why) => why,
+            // The sender lives as long as the dispatcher.
+            None => std::future::pending().await,
         }
     }
 
@@ -178,7 +258,7 @@ impl Dispatcher {
             base_dir: manifest.base_dir.display().to_string(),
             mixing: MixFacts::of(spec, &listing.inputs),
             counts: listing.counts,
-            counts_known: granary_crds::validate::counts_known(&spec.stages),
+            counts_known: granary_crds::validate::spec_counts_known(spec),
             batch: u64::from(spec.batch.size.max(1)),
             epochs: spec.epochs,
             drop_remainder: spec.batch.drop_remainder,
@@ -201,11 +281,10 @@ impl Dispatcher {
             .await;
     }
 
-    /// Journal appends so far: `(succeeded, failed)`; `None` without a journal.
+    /// Journal record writes so far: `(succeeded, failed attempts)`; `None` without a
+    /// journal.
     pub fn journal_writes(&self) -> Option<(u64, u64)> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let [ok, failed] = &self.inner.journal_writes;
-        self.inner.journal.as_ref().map(|_| (ok.load(Relaxed), failed.load(Relaxed)))
+        self.inner.journal.as_ref().map(Committer::writes)
     }
 
     /// Lease outcomes of `pipeline` since this dispatcher started.
@@ -243,6 +322,11 @@ impl Dispatcher {
         self.state().failure(pipeline)
     }
 
+    /// Elements `pipeline` skipped (`spec.errors.policy: skip`), over every job and epoch.
+    pub fn skipped(&self, pipeline: &str) -> u64 {
+        self.state().skipped(pipeline)
+    }
+
     /// Latest worker and consumer metrics of a pipeline.
     pub fn snapshot(&self, pipeline: &str) -> MetricsSnapshot {
         self.state().snapshot(pipeline)
@@ -262,6 +346,11 @@ impl Dispatcher {
     pub fn cache_report(&self, pipeline: &str) -> Option<CacheReport> {
         self.state().cache_report(pipeline)
     }
+}
+
+/// The base of the ids this dispatcher hands out: the clock, so a restarted one reuses none.
+fn id_base() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64 & 0xffff_ffff_ffff)
 }
 
 /// Seconds since the Unix epoch: the clock of cache entries' last use.

@@ -119,7 +119,18 @@ impl ControlPlane {
         let (stop_server, stopped) = oneshot::channel::<()>();
         let server = {
             let d = dispatcher.clone();
-            tokio::spawn(async move { d.serve(listener, async { drop(stopped.await) }).await })
+            tokio::spawn(async move {
+                // The server also ends when the dispatcher stops serving (its journal fenced).
+                let halted = d.clone();
+                let shutdown = async move {
+                    tokio::select! {
+                        _ = stopped => {}
+                        _ = halted.halted() => {}
+                    }
+                };
+                d.serve(listener, shutdown).await?;
+                d.halt_reason().map_or(Ok(()), |why| Err(DispatcherError::Halted(why)))
+            })
         };
         let autoscalers = Autoscalers::new(dispatcher.clone(), exposition);
         Ok(ControlPlane {
@@ -167,8 +178,9 @@ impl ControlPlane {
         Ok(pool)
     }
 
-    /// Waits for the dispatcher's server to end by itself, which it does only when it fails
-    /// (until [`ControlPlane::stop`]); pending forever once it ended.
+    /// Waits for the dispatcher's server to end by itself, which it does only when it fails or
+    /// the dispatcher stops serving (its journal fenced: [`DispatcherError::Halted`]), until
+    /// [`ControlPlane::stop`]; pending forever once it ended.
     pub async fn served(&mut self) -> Result<(), HostError> {
         let Some(server) = &mut self.server else { return std::future::pending().await };
         let ended = server.await;
