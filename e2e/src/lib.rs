@@ -2,6 +2,7 @@
 //! dispatcher (`run --serve`) and workers (`worker`), and consumer processes, all on 127.0.0.1.
 //! Every wait is bounded; every child is killed when its handle drops.
 
+pub mod chaos;
 pub mod node;
 pub mod prometheus;
 pub mod s3;
