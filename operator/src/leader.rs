@@ -1,20 +1,54 @@
 //! Leader election on a `coordination.k8s.io` Lease (kube-lease-manager): only the leader hosts
 //! the dispatcher and reconciles; the others wait, and report not ready so that the
 //! `granary-dispatcher` Service reaches the leader alone.
+//!
+//! kube-lease-manager reports only changes of holder, and retries failed renewals without
+//! reporting them: a leader cut off from the API server would go on serving after its Lease
+//! expired and a successor took it. So the leader also reads the Lease itself, notes the last
+//! renewal it holds, and counts itself deposed once [`serve_until`] passes with no newer one:
+//! before the Lease can expire, so that it stops serving before a successor can start. (The
+//! journal's create-only records fence a late writer in any case.)
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Seconds a Lease is valid without renewal: how long a crashed leader's successor waits.
 const LEASE_SECONDS: u64 = 15;
 /// Seconds before expiry the leader renews.
-const GRACE_SECONDS: u64 = 5;
+const GRACE_SECONDS: u64 = 8;
+/// How long before its Lease would expire a leader with no newer renewal stops serving.
+const MARGIN: Duration = Duration::from_secs(4);
+/// How often the leader reads its Lease, and the longest one read may take.
+const POLL: Duration = Duration::from_secs(1);
+
+/// The last moment a leader whose Lease was last renewed at `renewed` may serve: `margin`
+/// before a Lease of `lease` expires, when a successor may take it.
+pub fn serve_until(renewed: SystemTime, lease: Duration, margin: Duration) -> SystemTime {
+    renewed + lease.saturating_sub(margin)
+}
+
+/// When `lease` was last renewed by `identity`; `None` when another holds it, or nobody.
+fn renewed_by(lease: &Lease, identity: &str) -> Option<SystemTime> {
+    let spec = lease.spec.as_ref()?;
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    spec.renew_time.as_ref().map(|t| SystemTime::from(t.0))
+}
 
 /// A candidacy for the Lease.
 pub struct Candidacy {
     leading: watch::Receiver<bool>,
     task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
+    leases: Api<Lease>,
+    name: String,
+    identity: String,
+    /// When this candidate last saw itself elected.
+    elected_at: SystemTime,
 }
 
 impl Candidacy {
@@ -26,7 +60,7 @@ impl Candidacy {
         name: &str,
         identity: &str,
     ) -> Result<Candidacy, LeaseManagerError> {
-        let manager = LeaseManagerBuilder::new(client, name)
+        let manager = LeaseManagerBuilder::new(client.clone(), name)
             .with_namespace(namespace)
             .with_identity(identity)
             .with_duration(LEASE_SECONDS)
@@ -34,7 +68,14 @@ impl Candidacy {
             .build()
             .await?;
         let (leading, task) = manager.watch().await;
-        Ok(Candidacy { leading, task })
+        Ok(Candidacy {
+            leading,
+            task,
+            leases: Api::namespaced(client, namespace),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            elected_at: SystemTime::now(),
+        })
     }
 
     /// Completes once this candidate leads.
@@ -43,12 +84,21 @@ impl Candidacy {
             .wait_for(|leading| *leading)
             .await
             .map(drop)
-            .map_err(|_| LeaseManagerError::InconsistentState("the election stopped".into()))
+            .map_err(|_| LeaseManagerError::InconsistentState("the election stopped".into()))?;
+        // The Lease was acquired a moment ago; its own renewal time replaces this at the first
+        // read.
+        self.elected_at = SystemTime::now();
+        Ok(())
     }
 
-    /// Completes if leadership is lost.
+    /// Completes if leadership is lost: another holds the Lease, or no renewal was seen for
+    /// long enough that the Lease may expire soon (see [`serve_until`]).
     pub async fn deposed(&mut self) {
-        let _ = self.leading.wait_for(|leading| !*leading).await;
+        let lapsed = lapsed(&self.leases, &self.name, &self.identity, self.elected_at);
+        tokio::select! {
+            _ = self.leading.wait_for(|leading| !*leading) => {}
+            () = lapsed => {}
+        }
     }
 
     /// Leaves the election, releasing the Lease if held so a successor takes over at once.
@@ -59,5 +109,76 @@ impl Candidacy {
             Ok(Err(e)) => tracing::warn!("releasing the leader Lease: {e}"),
             Err(e) => tracing::warn!("the election task failed: {e}"),
         }
+    }
+}
+
+/// Reads Lease `name` every [`POLL`] and completes once `identity` no longer holds it, or once
+/// [`serve_until`] its last renewal seen (at first `since`) passed: each renewal pushes the
+/// deadline on, and the loop ends by the deadline at the latest.
+async fn lapsed(leases: &Api<Lease>, name: &str, identity: &str, since: SystemTime) {
+    let lease = Duration::from_secs(LEASE_SECONDS);
+    let mut renewed = since;
+    loop {
+        let until = serve_until(renewed, lease, MARGIN);
+        let Ok(left) = until.duration_since(SystemTime::now()) else {
+            tracing::error!(
+                "no renewal of the leader Lease seen for {:?}: stepping down before it can expire",
+                lease.saturating_sub(MARGIN)
+            );
+            return;
+        };
+        tokio::time::sleep(left.min(POLL)).await;
+        match tokio::time::timeout(POLL, leases.get(name)).await {
+            Ok(Ok(found)) => match renewed_by(&found, identity) {
+                Some(at) => renewed = renewed.max(at),
+                None => {
+                    tracing::error!("the leader Lease is no longer this replica's: stepping down");
+                    return;
+                }
+            },
+            Ok(Err(e)) => tracing::warn!("cannot read the leader Lease: {e}"),
+            Err(_) => tracing::warn!("reading the leader Lease took over {POLL:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(LEASE_SECONDS);
+
+    #[test]
+    fn a_leader_stops_serving_a_margin_before_its_lease_can_expire() {
+        let renewed = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let until = serve_until(renewed, LEASE, MARGIN);
+        assert_eq!(until, renewed + Duration::from_secs(11));
+        assert!(until < renewed + LEASE);
+        // A margin longer than the Lease leaves no time to serve at all.
+        assert_eq!(serve_until(renewed, LEASE, Duration::from_secs(60)), renewed);
+    }
+
+    #[test]
+    fn a_leader_renewing_on_time_is_not_deposed_between_renewals() {
+        // Renewals come every LEASE - GRACE; one read later the leader has seen it, still
+        // before its deadline.
+        let renewed = SystemTime::UNIX_EPOCH;
+        let next_renewal = renewed + Duration::from_secs(LEASE_SECONDS - GRACE_SECONDS);
+        assert!(next_renewal + POLL < serve_until(renewed, LEASE, MARGIN));
+    }
+
+    #[test]
+    fn only_the_holders_own_renewals_count() {
+        let lease = |holder: &str| -> Lease {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "l"},
+                "spec": {"holderIdentity": holder, "renewTime": "2026-01-02T03:04:05.000000Z"},
+            }))
+            .unwrap()
+        };
+        let at = renewed_by(&lease("me"), "me").unwrap();
+        assert_eq!(at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), 1_767_323_045);
+        assert_eq!(renewed_by(&lease("other"), "me"), None);
+        assert_eq!(renewed_by(&Lease::default(), "me"), None);
     }
 }

@@ -222,6 +222,10 @@ async fn lead(
         () = renewal => Err(OperatorError::Renew),
         served = plane.served() => served.map_err(OperatorError::from),
     };
+    if matches!(result, Err(OperatorError::Deposed)) {
+        // Refuse every change at once, before the controllers and the server wind down.
+        plane.dispatcher().halt("this replica lost the leader Lease");
+    }
     ready.store(false, Ordering::Relaxed);
     for stop in stop_controllers {
         let _ = stop.send(());
