@@ -37,8 +37,13 @@ impl Dispatcher {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
                 loop {
                     tick.tick().await;
-                    let now = me.now();
-                    me.state().expire(now);
+                    // Through `mutate`: collecting a job is journaled.
+                    let _ = me
+                        .mutate(|s, now| {
+                            s.expire(now);
+                            Ok(())
+                        })
+                        .await;
                 }
             })
         };
@@ -58,6 +63,10 @@ impl Dispatcher {
         let result = server
             .timeout(REQUEST_TIMEOUT)
             .concurrency_limit_per_connection(MAX_CONCURRENT_PER_CONNECTION)
+            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .http2_max_header_list_size(MAX_HEADER_BYTES)
             .tcp_nodelay(true)
             .http2_adaptive_window(Some(true))
             .add_service(self.service())
@@ -75,6 +84,24 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Requests one connection may have in flight at once; more wait.
 pub const MAX_CONCURRENT_PER_CONNECTION: usize = 256;
+
+/// HTTP/2 streams one connection may open at once: requests past
+/// [`MAX_CONCURRENT_PER_CONNECTION`] wait in the server, streams past this are refused by the
+/// peer's own HTTP/2 stack, so a client cannot make the server hold unbounded stream state.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 512;
+
+/// Idle connections are pinged this often and closed when a ping goes unanswered for
+/// [`KEEPALIVE_TIMEOUT`]: a client that vanished does not hold its connection forever.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Largest header block of a request: a bearer token and the gRPC headers fit many times over.
+pub const MAX_HEADER_BYTES: u32 = 64 << 10;
+
+/// Longest worker id or worker address the dispatcher keeps (addresses are `host:port`).
+const MAX_WORKER_FIELD_BYTES: usize = 1024;
 
 /// Longest a TLS handshake may take: a client that connects and stalls is dropped.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -111,6 +138,17 @@ impl Dispatcher {
 fn require(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
         return Err(Status::invalid_argument(format!("`{field}` is empty")));
+    }
+    Ok(())
+}
+
+/// Refuses a field longer than `limit` bytes, naming it and the limit.
+fn bounded(field: &str, value: &str, limit: usize) -> Result<(), Status> {
+    if value.len() > limit {
+        return Err(Status::invalid_argument(format!(
+            "`{field}` is {} bytes long; at most {limit} are accepted: use a shorter one",
+            value.len()
+        )));
     }
     Ok(())
 }
@@ -158,6 +196,10 @@ impl dispatcher_server::Dispatcher for Dispatcher {
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
+        bounded("worker_id", &req.worker_id, MAX_WORKER_FIELD_BYTES)?;
+        bounded("address", &req.address, MAX_WORKER_FIELD_BYTES)?;
+        bounded("metrics_address", &req.metrics_address, MAX_WORKER_FIELD_BYTES)?;
+        bounded("pipeline", &req.pipeline, crate::state::MAX_JOB_NAME_BYTES)?;
         caller.register_worker(&req.worker_id, &req.pipeline)?;
         self.prune_access();
         let (worker_id, revoked) = self.mutate(|s, now| s.register_worker(&req, now)).await?;
@@ -178,9 +220,11 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         request: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let caller = self.caller(&request)?;
-        let req = request.into_inner();
+        let mut req = request.into_inner();
         require("worker_id", &req.worker_id)?;
         caller.as_worker(&req.worker_id)?;
+        // Only the jobs of pipelines the caller may serve are answered for.
+        req.queued.retain(|j| caller.covers(&j.pipeline, &[Role::Worker], "").is_ok());
         self.mutate(|s, now| s.worker_heartbeat(&req, now)).await.map(Response::new)
     }
 

@@ -4,7 +4,7 @@ use super::tallies::{SessionSeen, TrainerTotals};
 use super::{Consumer, DispatchError, Event, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
 use granary_proto::v1 as pb;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 fn mode_of(mode: i32) -> Result<Mode, DispatchError> {
     match pb::Mode::try_from(mode) {
@@ -16,8 +16,32 @@ fn mode_of(mode: i32) -> Result<Mode, DispatchError> {
     }
 }
 
-/// Most consumers one job may declare.
-const MAX_CONSUMERS: u32 = 4096;
+/// Most consumers one job may declare: with one client session each, also the most clients a
+/// job holds at once (a new session for a place replaces the previous one).
+pub const MAX_CONSUMERS: u32 = 4096;
+
+/// Longest job name, in bytes (as a DNS subdomain, like the pipeline names).
+pub const MAX_JOB_NAME_BYTES: usize = 253;
+
+/// Most jobs one pipeline holds at once; jobs nobody reads are collected after
+/// [`super::Timing::job_gc_ms`], or sooner when the pipeline is full.
+pub const MAX_JOBS_PER_PIPELINE: usize = 1024;
+
+/// Refuses a job name that is too long or holds control characters, naming the limit.
+fn check_job_name(job: &str) -> Result<(), DispatchError> {
+    if job.len() > MAX_JOB_NAME_BYTES {
+        return Err(DispatchError::InvalidArgument(format!(
+            "`job` is {} bytes long; job names have at most {MAX_JOB_NAME_BYTES}: use a shorter name",
+            job.len()
+        )));
+    }
+    if job.chars().any(char::is_control) {
+        return Err(DispatchError::InvalidArgument(
+            "`job` holds control characters; use letters, digits, `-`, `.` or `/`".into(),
+        ));
+    }
+    Ok(())
+}
 
 impl State {
     /// Creates a job (journaled) unless it exists.
@@ -69,6 +93,7 @@ impl State {
                 replays: VecDeque::new(),
                 trainer: TrainerTotals::default(),
                 failures: BTreeMap::new(),
+                last_alive: 0,
             },
         );
         self.events.push(Event::Job {
@@ -98,6 +123,7 @@ impl State {
             (p.facts.epochs, p.facts.batch, p.facts.max_part_bytes())
         };
         let job_name = if req.job.is_empty() { req.pipeline.clone() } else { req.job.clone() };
+        check_job_name(&job_name)?;
         let mode = mode_of(req.mode)?;
         let k = req.num_consumers.max(1);
         if k > MAX_CONSUMERS {
@@ -112,6 +138,7 @@ impl State {
                 "`consumer_index` {i} is out of range: the job has {k} consumers (0..{k})"
             )));
         }
+        self.make_room_for(&req.pipeline, &job_name, now)?;
         self.ensure_job(&req.pipeline, &job_name, mode, k)?;
         let client_id = self.fresh_id("client");
         let p = self
@@ -166,6 +193,7 @@ impl State {
             }
         }
         let finished = epoch >= epochs;
+        job.last_alive = job.last_alive.max(now);
         job.consumers.insert(
             index,
             Consumer {
@@ -236,6 +264,7 @@ impl State {
                 req.epoch
             )));
         }
+        job.last_alive = job.last_alive.max(now);
         if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
             c.last_seen = now;
             c.gone = false;
@@ -266,6 +295,38 @@ impl State {
             failed,
             ..Default::default()
         })
+    }
+
+    /// The consumers that will not read again (gone, or finished) of the jobs `worker` produces
+    /// for: those of the leases it holds, and `queued`, the jobs it says it holds queued parts
+    /// for. Only their queues can still receive or hold parts; a worker drops its other queues
+    /// once they are empty, so naming every finished consumer of every job at each heartbeat
+    /// would only grow the answer.
+    pub fn gone_consumers(&self, worker: &str, queued: &[pb::JobRef]) -> Vec<pb::ConsumerRef> {
+        let Some(w) = self.workers.get(worker) else { return Vec::new() };
+        let leased = w.leases.iter().filter_map(|id| self.leases.get(id));
+        let mut jobs: BTreeSet<(&str, &str)> =
+            leased.map(|l| (l.pipeline.as_str(), l.job.as_str())).collect();
+        for j in queued.iter().take(MAX_JOBS_PER_PIPELINE) {
+            jobs.insert((j.pipeline.as_str(), j.job.as_str()));
+        }
+        let mut gone = Vec::new();
+        for (pipeline, job) in jobs {
+            if w.pipeline.as_deref().is_some_and(|only| only != pipeline) {
+                continue;
+            }
+            let Some(j) = self.pipelines.get(pipeline).and_then(|p| p.jobs.get(job)) else { continue };
+            for (index, c) in &j.consumers {
+                if c.gone || c.finished {
+                    gone.push(pb::ConsumerRef {
+                        pipeline: pipeline.to_string(),
+                        job: job.to_string(),
+                        consumer_index: *index,
+                    });
+                }
+            }
+        }
+        gone
     }
 
     /// A consumer's batches in `epoch` and the split ranges that make each.
@@ -327,6 +388,12 @@ impl State {
             )));
         }
         let n = job.settings.max_splits();
+        if req.splits.len() as u64 > n {
+            return Err(DispatchError::InvalidArgument(format!(
+                "`splits` lists {} splits; the plan has {n} split ids: list each at most once",
+                req.splits.len()
+            )));
+        }
         if let Some(bad) = req.splits.iter().find(|&&s| s >= n) {
             return Err(DispatchError::InvalidArgument(format!(
                 "split {bad} does not exist; the plan has {n} split ids"

@@ -35,6 +35,13 @@ pub enum Event {
         /// Consumers declared.
         consumers: u32,
     },
+    /// A job no consumer read for `Timing::job_gc_ms` was collected with its progress.
+    JobCollected {
+        /// Pipeline name.
+        pipeline: String,
+        /// Job name.
+        job: String,
+    },
     /// A split of an epoch was produced for every consumer.
     SplitDone {
         /// Pipeline name.
@@ -124,6 +131,7 @@ impl State {
                     tracing::warn!("journal: job `{job}` of `{pipeline}` skipped: {e}");
                 }
             }
+            Event::JobCollected { pipeline, job } => self.drop_job(pipeline, job),
             Event::SplitDone { pipeline, job, epoch, split } => {
                 let Some(p) = self.pipelines.get_mut(pipeline) else { return };
                 let epochs = p.facts.epochs;

@@ -100,7 +100,8 @@ impl State {
     }
 
     /// Records a heartbeat: renews the listed leases and answers with the ones the worker lost
-    /// and the consumers that will not read again: gone, or finished. A finished consumer's
+    /// and the consumers that will not read again (gone, or finished) of the jobs it produces
+    /// for ([`State::gone_consumers`]). A finished consumer's
     /// queue can still receive replayed or duplicate parts (a resumed consumer gets replays of
     /// splits it may already have had), and nothing would drain them: a producer waiting on
     /// that full queue would hold its worker, and every job the worker serves, forever.
@@ -110,26 +111,8 @@ impl State {
         now: u64,
     ) -> Result<pb::WorkerHeartbeatResponse, DispatchError> {
         let revoked = self.renew(&req.worker_id, &req.leases, now)?;
-        let worker = self.worker_mut(&req.worker_id)?;
-        worker.metrics = req.metrics.clone();
-        let pipeline = worker.pipeline.clone();
-        let mut gone = Vec::new();
-        for (name, p) in &self.pipelines {
-            if pipeline.as_deref().is_some_and(|w| w != name) {
-                continue;
-            }
-            for (job, j) in &p.jobs {
-                for (index, c) in &j.consumers {
-                    if c.gone || c.finished {
-                        gone.push(pb::ConsumerRef {
-                            pipeline: name.clone(),
-                            job: job.clone(),
-                            consumer_index: *index,
-                        });
-                    }
-                }
-            }
-        }
+        self.worker_mut(&req.worker_id)?.metrics = req.metrics.clone();
+        let gone = self.gone_consumers(&req.worker_id, &req.queued);
         Ok(pb::WorkerHeartbeatResponse { revoked, gone })
     }
 

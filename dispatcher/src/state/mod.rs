@@ -3,6 +3,7 @@
 //! tested directly.
 
 mod cache;
+mod collect;
 mod consumers;
 mod events;
 mod leases;
@@ -13,6 +14,7 @@ pub use cache::{
     CACHE_STATES, CacheConfig, CacheReport, DEFAULT_RETENTION_HOURS, EpochCache, PROFILE_WAIT_MS,
     STORAGE_PER_GB_MONTH, SourceEntry, StoreUse,
 };
+pub use consumers::{MAX_CONSUMERS, MAX_JOB_NAME_BYTES, MAX_JOBS_PER_PIPELINE};
 pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
@@ -29,11 +31,14 @@ pub struct Timing {
     pub lease_ms: u64,
     /// How long a silent consumer keeps its place before workers drop its parts.
     pub client_timeout_ms: u64,
+    /// How long a job with no consumer reading it (none registered, every one gone or finished,
+    /// and no heartbeat) is kept before it is collected with its progress, as tf.data's job GC.
+    pub job_gc_ms: u64,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { heartbeat_ms: 500, lease_ms: 4000, client_timeout_ms: 10_000 }
+        Timing { heartbeat_ms: 500, lease_ms: 4000, client_timeout_ms: 10_000, job_gc_ms: 600_000 }
     }
 }
 
@@ -281,6 +286,9 @@ pub(crate) struct Job {
     pub(crate) trainer: TrainerTotals,
     /// Failed attempts per (epoch, split).
     pub(crate) failures: BTreeMap<(u32, u64), u32>,
+    /// When a consumer last registered or heartbeat (the state's clock; 0 on replay, so a
+    /// restarted dispatcher gives every job a full [`Timing::job_gc_ms`] to be claimed again).
+    pub(crate) last_alive: u64,
 }
 
 impl Job {
@@ -670,6 +678,7 @@ impl State {
                 }
             }
         }
+        self.collect_jobs(now);
     }
 }
 
@@ -688,5 +697,7 @@ pub(crate) fn check_name(field: &str, value: &str) -> Result<(), DispatchError> 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bounded;
 #[cfg(test)]
 mod tests_counted;

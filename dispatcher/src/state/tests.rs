@@ -191,6 +191,8 @@ fn workers_hear_of_finished_consumers_as_gone() {
     let first = client(&mut s, 0, 2, 0);
     client(&mut s, 1, 2, 0);
     let w = worker(&mut s, 0);
+    // Workers hear of the consumers of the jobs they produce for.
+    s.lease(&w, 0).unwrap().unwrap();
     let gone = |s: &mut State| {
         let beat = pb::WorkerHeartbeatRequest { worker_id: w.clone(), ..Default::default() };
         s.worker_heartbeat(&beat, 1).unwrap().gone.iter().map(|c| c.consumer_index).collect::<Vec<_>>()

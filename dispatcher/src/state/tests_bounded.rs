@@ -1,0 +1,258 @@
+//! Bounded state: unread jobs are collected after the GC timeout (journaled), names and counts
+//! are capped, and workers hear only of the consumers of the jobs they produce for. The clock is
+//! data: each call gets its `now`.
+
+use super::*;
+use granary_proto::v1 as pb;
+
+const GC_MS: u64 = 60_000;
+
+fn timing() -> Timing {
+    Timing { job_gc_ms: GC_MS, ..Timing::default() }
+}
+
+fn facts() -> PipelineFacts {
+    PipelineFacts {
+        manifest_json: "{}".into(),
+        base_dir: "/".into(),
+        counts: vec![10; 4],
+        counts_known: true,
+        batch: 5,
+        epochs: 1,
+        drop_remainder: false,
+        shuffle: false,
+        seed: 1,
+        mixing: None,
+    }
+}
+
+fn setup() -> State {
+    let mut s = State::new(timing(), 1);
+    s.register_pipeline("p", facts()).unwrap();
+    s.take_events();
+    s
+}
+
+fn join(s: &mut State, job: &str, now: u64) -> Result<pb::RegisterClientResponse, DispatchError> {
+    let req = pb::RegisterClientRequest { pipeline: "p".into(), job: job.into(), ..Default::default() };
+    s.register_client(&req, now)
+}
+
+fn beat(s: &mut State, c: &pb::RegisterClientResponse, finished: bool, now: u64) {
+    let req = pb::ClientHeartbeatRequest {
+        client_id: c.client_id.clone(),
+        pipeline: "p".into(),
+        job: c.job.clone(),
+        finished,
+        ..Default::default()
+    };
+    s.client_heartbeat(&req, now).unwrap();
+}
+
+fn worker(s: &mut State, now: u64) -> String {
+    let req = pb::RegisterWorkerRequest { address: "127.0.0.1:1".into(), ..Default::default() };
+    s.register_worker(&req, now).unwrap().0
+}
+
+fn jobs(s: &State) -> Vec<String> {
+    s.progress("p").into_iter().map(|j| j.job).collect()
+}
+
+fn collected(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobCollected { job, .. } => Some(job.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_unread_job_is_collected_after_the_timeout_and_stays_collected_after_a_restart() {
+    let mut s = setup();
+    let journal = s.snapshot_events();
+    let c = join(&mut s, "a", 0).unwrap();
+    let w = worker(&mut s, 0);
+    let lease = s.lease(&w, 0).unwrap().unwrap();
+    beat(&mut s, &c, false, 30_000);
+    let mut journal = [journal, s.take_events()].concat();
+    // The trainer stops at 30 s: gone after the client timeout, collected GC_MS after its last
+    // heartbeat, not before.
+    for now in [35_000, 45_000, 30_000 + GC_MS] {
+        s.renew(&w, &[lease.lease_id], now).unwrap();
+        s.expire(now);
+        assert_eq!(jobs(&s), vec!["a"], "at {now} ms");
+    }
+    s.expire(30_001 + GC_MS);
+    assert!(jobs(&s).is_empty());
+    let events = s.take_events();
+    assert_eq!(collected(&events), vec!["a"]);
+    assert!(s.leases.is_empty(), "the job's leases end with it");
+    let revoked = s.renew(&w, &[lease.lease_id], 30_002 + GC_MS).unwrap();
+    assert_eq!(revoked, vec![lease.lease_id], "its worker hears the lease was revoked");
+    // Replaying the journal does not bring the job back.
+    journal.extend(events);
+    let mut t = State::new(timing(), 2);
+    for e in &journal {
+        t.apply(e);
+    }
+    assert!(jobs(&t).is_empty());
+    assert_eq!(t.pipeline_names(), vec!["p"]);
+}
+
+#[test]
+fn a_job_a_trainer_reads_is_never_collected() {
+    let mut s = setup();
+    let c = join(&mut s, "a", 0).unwrap();
+    // Half an hour of heartbeats every 5 s, expiring at each.
+    for step in 1..=360u64 {
+        let now = step * 5_000;
+        beat(&mut s, &c, false, now);
+        s.expire(now);
+    }
+    assert_eq!(jobs(&s), vec!["a"]);
+    assert!(collected(&s.take_events()).is_empty());
+}
+
+#[test]
+fn a_finished_job_goes_once_its_trainers_stop_and_a_replayed_one_gets_a_full_timeout() {
+    let mut s = setup();
+    let c = join(&mut s, "done", 0).unwrap();
+    beat(&mut s, &c, true, 1_000);
+    s.expire(1_000 + GC_MS);
+    assert_eq!(jobs(&s), vec!["done"], "heartbeats, even a finished trainer's, keep it");
+    s.expire(1_001 + GC_MS);
+    assert!(jobs(&s).is_empty(), "finished and silent for the GC timeout");
+    // A restarted dispatcher knows the jobs but none of their trainers: it waits a full timeout
+    // (from its own start) for them to come back.
+    let mut s = setup();
+    join(&mut s, "a", 0).unwrap();
+    join(&mut s, "b", 0).unwrap();
+    let mut t = State::new(timing(), 2);
+    for e in &s.snapshot_events() {
+        t.apply(e);
+    }
+    let c = join(&mut t, "b", GC_MS / 2).unwrap();
+    t.expire(GC_MS);
+    assert_eq!(jobs(&t), vec!["a", "b"]);
+    beat(&mut t, &c, false, GC_MS + 1);
+    t.expire(GC_MS + 1);
+    assert_eq!(jobs(&t), vec!["b"], "the job nobody claimed again goes");
+}
+
+#[test]
+fn names_and_counts_are_capped_with_the_limit_and_the_fix_named() {
+    let mut s = setup();
+    let long = "j".repeat(MAX_JOB_NAME_BYTES + 1);
+    let e = join(&mut s, &long, 0).unwrap_err();
+    assert!(matches!(e, DispatchError::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("at most 253"), "{e}");
+    join(&mut s, &"j".repeat(MAX_JOB_NAME_BYTES), 0).unwrap();
+    let e = join(&mut s, "a\u{0}b", 0).unwrap_err();
+    assert!(e.to_string().contains("control characters"), "{e}");
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        num_consumers: MAX_CONSUMERS + 1,
+        ..Default::default()
+    };
+    let e = s.register_client(&req, 0).unwrap_err();
+    assert!(e.to_string().contains("at most 4096"), "{e}");
+    let e = s.register_pipeline(&"p".repeat(254), facts()).unwrap_err();
+    assert!(e.to_string().contains("at most 253"), "{e}");
+    // A replay request listing more splits than the plan has.
+    let c = join(&mut s, "r", 0).unwrap();
+    let req = pb::RequestReplayRequest {
+        client_id: c.client_id.clone(),
+        pipeline: "p".into(),
+        job: "r".into(),
+        splits: vec![0; 5],
+        ..Default::default()
+    };
+    let e = s.request_replay(&req).unwrap_err();
+    assert!(e.to_string().contains("each at most once"), "{e}");
+}
+
+#[test]
+fn a_full_pipeline_refuses_new_jobs_until_one_is_unread() {
+    let mut s = setup();
+    let mut trainers = Vec::new();
+    for i in 0..MAX_JOBS_PER_PIPELINE {
+        trainers.push(join(&mut s, &format!("job-{i:04}"), i as u64).unwrap());
+    }
+    let e = join(&mut s, "one-more", 2_000).unwrap_err();
+    assert!(matches!(e, DispatchError::ResourceExhausted(_)), "{e:?}");
+    assert!(e.to_string().contains("1024 jobs") && e.to_string().contains("share a job name"), "{e}");
+    // Existing jobs still take their trainers back.
+    let takeover = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        job: "job-0000".into(),
+        consumer_index: Some(0),
+        num_consumers: 1,
+        ..Default::default()
+    };
+    s.register_client(&takeover, 2_000).unwrap();
+    assert_eq!(jobs(&s).len(), MAX_JOBS_PER_PIPELINE);
+    s.take_events();
+    // Every trainer but the first two keeps reading; those two fall silent.
+    let now = 20_000;
+    for c in &trainers[2..] {
+        beat(&mut s, c, false, now);
+    }
+    s.expire(now);
+    join(&mut s, "one-more", now).unwrap();
+    assert_eq!(collected(&s.take_events()), vec!["job-0001"], "the one idle longest makes room");
+    join(&mut s, "two-more", now).unwrap();
+    assert_eq!(collected(&s.take_events()), vec!["job-0000"]);
+    let e = join(&mut s, "three-more", now).unwrap_err();
+    assert!(matches!(e, DispatchError::ResourceExhausted(_)), "{e:?}");
+    assert_eq!(jobs(&s).len(), MAX_JOBS_PER_PIPELINE);
+}
+
+#[test]
+fn workers_hear_only_of_the_consumers_of_jobs_they_produce_for() {
+    let mut s = setup();
+    let a = join(&mut s, "a", 0).unwrap();
+    let b = join(&mut s, "b", 0).unwrap();
+    let w = worker(&mut s, 0);
+    let idle = worker(&mut s, 0);
+    let lease = s.lease(&w, 0).unwrap().unwrap();
+    assert_eq!(lease.job, "a");
+    beat(&mut s, &a, true, 1);
+    beat(&mut s, &b, true, 1);
+    let heard = |s: &mut State, worker: &str, queued: Vec<pb::JobRef>| {
+        let req = pb::WorkerHeartbeatRequest {
+            worker_id: worker.into(),
+            leases: s.workers[worker].leases.iter().copied().collect(),
+            queued,
+            ..Default::default()
+        };
+        let gone = s.worker_heartbeat(&req, 2).unwrap().gone;
+        gone.into_iter().map(|c| format!("{}#{}", c.job, c.consumer_index)).collect::<Vec<_>>()
+    };
+    assert_eq!(heard(&mut s, &w, Vec::new()), vec!["a#0"], "the job it holds a lease of");
+    assert!(heard(&mut s, &idle, Vec::new()).is_empty(), "no lease, nothing queued: nothing");
+    let queued = vec![pb::JobRef { pipeline: "p".into(), job: "b".into() }];
+    assert_eq!(heard(&mut s, &idle, queued), vec!["b#0"], "the job it has parts queued for");
+    // Once the lease is done the worker hears no more of job `a`.
+    let done = pb::CompleteSplitRequest {
+        worker_id: w.clone(),
+        lease_id: lease.lease_id,
+        pipeline: "p".into(),
+        job: "a".into(),
+        split: lease.split,
+        elements: lease.elements,
+        ..Default::default()
+    };
+    s.complete(&done).unwrap();
+    assert!(heard(&mut s, &w, Vec::new()).is_empty());
+    // A worker of another pipeline hears nothing of this one's, whatever it lists.
+    let req = pb::RegisterWorkerRequest {
+        address: "127.0.0.1:2".into(),
+        pipeline: "q".into(),
+        ..Default::default()
+    };
+    let other = s.register_worker(&req, 2).unwrap().0;
+    let queued = vec![pb::JobRef { pipeline: "p".into(), job: "b".into() }];
+    assert!(heard(&mut s, &other, queued).is_empty());
+}
