@@ -8,7 +8,7 @@ use granary_crds::ops::image::Decode;
 use image::codecs::jpeg::JpegDecoder;
 use image::codecs::png::PngDecoder;
 use image::codecs::webp::WebPDecoder;
-use image::{DynamicImage, ImageDecoder};
+use image::{DynamicImage, ImageDecoder, ImageError, Limits};
 use std::io::Cursor;
 
 const OP: &str = "image.decode";
@@ -18,6 +18,38 @@ const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
 /// Whether `bytes` start like a WebP file: a RIFF container of form `WEBP`.
 fn is_webp(bytes: &[u8]) -> bool {
     bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP")
+}
+
+/// Bytes a decoder may allocate besides the pixels (PNG text and ICC chunks, which are
+/// decompressed while the header is read): 64 MiB, the `png` crate's own default.
+const MAX_DECODER_ALLOC: u64 = 64 << 20;
+
+/// The `image` crate's limits for one decode: [`MAX_SIDE`] pixels a side, checked by each
+/// decoder from the header, and [`MAX_DECODER_ALLOC`].
+fn limits() -> Limits {
+    let mut limits = Limits::default();
+    // MAX_SIDE (16384) fits in a u32.
+    limits.max_image_width = Some(MAX_SIDE as u32);
+    limits.max_image_height = Some(MAX_SIDE as u32);
+    limits.max_alloc = Some(MAX_DECODER_ALLOC);
+    limits
+}
+
+/// The message for an image over the limits, phrased to follow "field `image` ".
+fn oversized(format: &str, size: Option<(usize, usize)>) -> String {
+    let size = size.map(|(w, h)| format!(" of {w}×{h} pixels")).unwrap_or_default();
+    format!(
+        "holds a {format}{size}, over the limit of {MAX_SIDE} pixels a side and {MAX_PIXELS} \
+         pixels in all; downscale or drop such samples at the source"
+    )
+}
+
+/// The message for a decoder's error: over the limits, or corrupt.
+fn refused(format: &str, error: ImageError) -> String {
+    match error {
+        ImageError::Limits(_) => oversized(format, None),
+        e => format!("holds a corrupt or unsupported {format}: {e}"),
+    }
 }
 
 /// Decodes the encoded bytes in a field into an RGB `uint8` image, in place.
@@ -67,21 +99,19 @@ impl Operator for DecodeOp {
 /// returning `(height, width, pixels)`. Grayscale, alpha and 16-bit images are converted to
 /// 8-bit RGB (alpha is dropped, as PIL's `convert("RGB")` does). WebP may be lossy or lossless;
 /// of an animated WebP the first frame is decoded. Images over [`MAX_SIDE`] pixels a side or
-/// [`MAX_PIXELS`] in all are refused before their pixels are allocated.
+/// [`MAX_PIXELS`] in all are refused from their header, before their pixels are allocated (a
+/// PNG right after its `IHDR` chunk, before any other chunk is read).
 ///
 /// The error says what is wrong with the bytes, phrased to follow "field `image` ".
 pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
     if bytes.starts_with(JPEG_MAGIC) {
-        let decoder = JpegDecoder::new(Cursor::new(bytes))
-            .map_err(|e| format!("holds a corrupt or unsupported JPEG: {e}"))?;
+        let decoder = JpegDecoder::new(Cursor::new(bytes)).map_err(|e| refused("JPEG", e))?;
         finish(decoder, "JPEG")
     } else if bytes.starts_with(PNG_MAGIC) {
-        let decoder = PngDecoder::new(Cursor::new(bytes))
-            .map_err(|e| format!("holds a corrupt or unsupported PNG: {e}"))?;
+        let decoder = PngDecoder::with_limits(Cursor::new(bytes), limits()).map_err(|e| refused("PNG", e))?;
         finish(decoder, "PNG")
     } else if is_webp(bytes) {
-        let decoder = WebPDecoder::new(Cursor::new(bytes))
-            .map_err(|e| format!("holds a corrupt or unsupported WebP: {e}"))?;
+        let decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(|e| refused("WebP", e))?;
         finish(decoder, "WebP")
     } else if bytes.is_empty() {
         Err("is empty (0 bytes), not a JPEG, PNG or WebP; drop empty samples from the source".into())
@@ -112,20 +142,19 @@ fn other_format(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-fn finish(decoder: impl ImageDecoder, format: &str) -> Result<(usize, usize, Vec<u8>), String> {
+/// Checks the size the header of `decoder` gives, then decodes: nothing the size of the image
+/// is allocated before the check.
+fn finish(mut decoder: impl ImageDecoder, format: &str) -> Result<(usize, usize, Vec<u8>), String> {
     let (w, h) = decoder.dimensions();
     let (w, h) = (w as usize, h as usize);
     if w == 0 || h == 0 {
         return Err(format!("holds a {format} of {w}×{h} pixels, which is empty; drop it"));
     }
     if w > MAX_SIDE || h > MAX_SIDE || w.saturating_mul(h) > MAX_PIXELS {
-        return Err(format!(
-            "holds a {format} of {w}×{h} pixels, over the limit of {MAX_SIDE} pixels a side \
-             and {MAX_PIXELS} pixels in all; downscale or drop such samples at the source"
-        ));
+        return Err(oversized(format, Some((w, h))));
     }
-    let image = DynamicImage::from_decoder(decoder)
-        .map_err(|e| format!("holds a corrupt or unsupported {format}: {e}"))?;
+    decoder.set_limits(limits()).map_err(|e| refused(format, e))?;
+    let image = DynamicImage::from_decoder(decoder).map_err(|e| refused(format, e))?;
     let rgb = image.into_rgb8();
     let (w, h) = (rgb.width() as usize, rgb.height() as usize);
     Ok((h, w, rgb.into_raw()))
@@ -277,6 +306,86 @@ mod tests {
         let bytes = png(&vec![0u8; 20000 * 3], 20000, 1, ExtendedColorType::Rgb8);
         let err = run(bytes).unwrap_err();
         assert!(err.0.contains("over the limit"), "{err}");
+    }
+
+    /// CRC-32 (IEEE) of a PNG chunk's type and data, bit by bit.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    /// A PNG of 40 bytes whose `IHDR` claims `width × height` RGB pixels, with no image data.
+    fn png_claiming(width: u32, height: u32) -> Vec<u8> {
+        let mut chunk = b"IHDR".to_vec();
+        chunk.extend(width.to_be_bytes());
+        chunk.extend(height.to_be_bytes());
+        chunk.extend([8, 2, 0, 0, 0]); // 8-bit RGB, deflate, adaptive filter, not interlaced
+        let mut out = PNG_MAGIC.to_vec();
+        out.extend(13u32.to_be_bytes());
+        out.extend(&chunk);
+        out.extend(crc32(&chunk).to_be_bytes());
+        out
+    }
+
+    /// A WebP of 44 bytes: an extended (`VP8X`) header whose canvas is `width × height`, and a
+    /// lossless bitstream header of 1×1.
+    fn webp_claiming(width: u32, height: u32) -> Vec<u8> {
+        let mut vp8x = vec![0u8; 4];
+        vp8x.extend(&(width - 1).to_le_bytes()[..3]);
+        vp8x.extend(&(height - 1).to_le_bytes()[..3]);
+        let vp8l = [0x2f, 0, 0, 0, 0, 0]; // signature, 1×1, version 0; padded to even
+        let mut body = b"WEBP".to_vec();
+        body.extend(b"VP8X");
+        body.extend(10u32.to_le_bytes());
+        body.extend(vp8x);
+        body.extend(b"VP8L");
+        body.extend(5u32.to_le_bytes());
+        body.extend(vp8l);
+        let mut out = b"RIFF".to_vec();
+        out.extend((body.len() as u32).to_le_bytes());
+        out.extend(body);
+        out
+    }
+
+    #[test]
+    fn tiny_png_claiming_a_huge_size_is_refused_from_its_header() {
+        for (w, h) in [(1 << 20, 1 << 20), (MAX_SIDE as u32 + 1, 1), (1, u32::MAX >> 1)] {
+            let bytes = png_claiming(w, h);
+            assert!(bytes.len() < 64);
+            let err = decode_rgb8(&bytes).unwrap_err();
+            assert!(err.contains("PNG") && err.contains("over the limit"), "{w}×{h}: {err}");
+        }
+        // The same header within the limits gets as far as the missing image data.
+        let err = decode_rgb8(&png_claiming(64, 64)).unwrap_err();
+        assert!(err.contains("corrupt or unsupported PNG"), "{err}");
+    }
+
+    #[test]
+    fn tiny_webp_claiming_a_huge_size_is_refused_from_its_header() {
+        for (w, h) in [(20_000, 20_000), (MAX_SIDE as u32 + 1, 1), (1, 1 << 24)] {
+            let bytes = webp_claiming(w, h);
+            assert!(bytes.len() < 64);
+            let err = decode_rgb8(&bytes).unwrap_err();
+            assert!(err.contains("WebP") && err.contains("over the limit"), "{w}×{h}: {err}");
+        }
+        // Within the limits the header is accepted, and the 1×1 bitstream inside is refused.
+        assert!(decode_rgb8(&webp_claiming(64, 64)).is_err());
+    }
+
+    #[test]
+    fn jpeg_whose_header_claims_a_huge_size_is_refused() {
+        let mut bytes = jpeg(&pattern(8, 8), 8, 8);
+        // The baseline SOF0 segment: FF C0, length, precision, then height and width.
+        let sof = bytes.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+        bytes[sof + 5..sof + 9].copy_from_slice(&[0xEA, 0x60, 0xEA, 0x60]); // 60000×60000
+        let err = decode_rgb8(&bytes).unwrap_err();
+        assert!(err.contains("JPEG") && (err.contains("over the limit") || err.contains("60000")), "{err}");
     }
 
     #[test]

@@ -59,9 +59,6 @@ pub struct Window {
 /// A TurboJPEG decompressor. Not shared between threads; [`with_decoder`] keeps one per thread.
 pub struct TurboDecoder {
     handle: NonNull<std::ffi::c_void>,
-    /// Address and length of the JPEG whose header was read last: the cropping region is
-    /// checked against that header.
-    header_of: Option<(usize, usize)>,
 }
 
 impl Drop for TurboDecoder {
@@ -74,7 +71,7 @@ impl Drop for TurboDecoder {
 impl TurboDecoder {
     /// A new decompressor.
     pub fn new() -> Result<TurboDecoder, String> {
-        let mut decoder = TurboDecoder { handle: Self::init()?, header_of: None };
+        let mut decoder = TurboDecoder { handle: Self::init()? };
         decoder.configure()?;
         Ok(decoder)
     }
@@ -97,7 +94,6 @@ impl TurboDecoder {
     /// error in the middle of a header or scan is not safe to reuse.
     fn fail(&mut self) -> String {
         let message = self.error();
-        self.header_of = None;
         if let Ok(fresh) = Self::init() {
             let old = std::mem::replace(&mut self.handle, fresh);
             // SAFETY: `old` came from tj3Init and is no longer referenced.
@@ -129,7 +125,9 @@ impl TurboDecoder {
 
     /// Reads the header of `jpeg`.
     pub fn header(&mut self, jpeg: &[u8]) -> Result<JpegInfo, String> {
-        self.header_of = None;
+        if jpeg.is_empty() {
+            return Err("is empty".to_string());
+        }
         // SAFETY: the buffer is valid for its length during the call.
         let rc = unsafe { tj::tj3DecompressHeader(self.handle.as_ptr(), jpeg.as_ptr(), jpeg.len() as _) };
         if rc != 0 {
@@ -153,14 +151,20 @@ impl TurboDecoder {
             && lossless == 0
             && u32::try_from(colorspace)
                 .is_ok_and(|cs| matches!(cs, tj::TJCS_TJCS_YCbCr | tj::TJCS_TJCS_RGB | tj::TJCS_TJCS_GRAY));
-        self.header_of = Some((jpeg.as_ptr() as usize, jpeg.len()));
         Ok(JpegInfo { width: width as usize, height: height as usize, mcu_width, windowable })
     }
 
     /// Decodes `window` of `jpeg` scaled by `num/8` (`num` in 1..=8) into the start of `out`
     /// as RGB rows of `window.width * 3` bytes (`out` grows when it is too short; bytes after
     /// the window are left as they were). `info` is this image's header, from
-    /// [`TurboDecoder::header`] (read again here unless it was the last one this decoder read).
+    /// [`TurboDecoder::header`].
+    ///
+    /// Safe for any arguments: the header is read again from `jpeg` itself (TurboJPEG parses
+    /// the same bytes once more when it decodes, so the sizes checked here are the sizes it
+    /// writes), an `info` that is not that header is an error, and the window and `out` are
+    /// checked against it before TurboJPEG writes anything. Images over
+    /// [`super::MAX_SIDE`] pixels a side or [`super::MAX_PIXELS`] in all are refused before
+    /// `out` grows.
     ///
     /// Data warnings (e.g. a few extraneous bytes) are tolerated, as PIL and tf.data do; the
     /// image is decoded as far as the data goes.
@@ -175,18 +179,34 @@ impl TurboDecoder {
         if !(1..=8).contains(&num) {
             return Err(format!("scale {num}/8 is not supported"));
         }
-        let (sw, sh) = (JpegInfo::scaled(info.width, num), JpegInfo::scaled(info.height, num));
-        let mcu = info.scaled_mcu_width(num).max(1);
+        // The header of these very bytes, never one cached by address: a buffer freed and
+        // another allocated in its place would pass for the old one.
+        let actual = self.header(jpeg)?;
+        if actual != *info {
+            return Err(format!(
+                "the header given ({}×{} pixels) is not this JPEG's ({}×{} pixels); pass the \
+                 header TurboDecoder::header read from the same bytes",
+                info.width, info.height, actual.width, actual.height
+            ));
+        }
+        let (width, height) = (actual.width, actual.height);
+        if width > super::MAX_SIDE || height > super::MAX_SIDE || width * height > super::MAX_PIXELS {
+            return Err(format!(
+                "is {width}×{height} pixels, over the limit of {} pixels a side and {} pixels in \
+                 all",
+                super::MAX_SIDE,
+                super::MAX_PIXELS
+            ));
+        }
+        let (sw, sh) = (JpegInfo::scaled(width, num), JpegInfo::scaled(height, num));
+        let mcu = actual.scaled_mcu_width(num).max(1);
         let inside = window.width > 0
             && window.height > 0
             && window.left.is_multiple_of(mcu)
-            && window.left + window.width <= sw
-            && window.top + window.height <= sh;
+            && window.left.checked_add(window.width).is_some_and(|right| right <= sw)
+            && window.top.checked_add(window.height).is_some_and(|bottom| bottom <= sh);
         if !inside {
             return Err(format!("window {window:?} does not fit the {sw}×{sh} image scaled by {num}/8"));
-        }
-        if self.header_of != Some((jpeg.as_ptr() as usize, jpeg.len())) {
-            self.header(jpeg)?;
         }
         // TurboJPEG accepts only its own list of factors, in lowest terms (1/2, not 4/8).
         let common = gcd(num, 8);
@@ -208,19 +228,22 @@ impl TurboDecoder {
                 h: window.height as libc::c_int,
             }
         };
-        // SAFETY: the handle is live; the header was read, so the region is checked against
-        // the image.
+        // SAFETY: the handle is live; the header of `jpeg` was just read, so TurboJPEG checks
+        // the region against this image.
         if unsafe { tj::tj3SetCroppingRegion(self.handle.as_ptr(), region) } != 0 {
             return Err(self.fail());
         }
+        // Within MAX_SIDE × MAX_PIXELS (checked above): no overflow, and the pitch fits a c_int.
         let pitch = window.width * 3;
         // Every byte of the window is written; only grow, never clear (no zero-fill per image).
         let need = pitch * window.height;
         if out.len() < need {
             out.resize(need, 0);
         }
-        // SAFETY: `out` holds `pitch * height` bytes, exactly what TurboJPEG writes for the
-        // cropped region; the input buffer is valid for its length.
+        // SAFETY: `out` holds at least `pitch * height` bytes, exactly what TurboJPEG writes for
+        // the region: the window (all of the scaled image when `whole`) was checked against the
+        // header of `jpeg`, which TurboJPEG reads again from the same bytes; the input buffer is
+        // valid and unchanged (borrowed) for its length.
         let rc = unsafe {
             tj::tj3Decompress8(
                 self.handle.as_ptr(),
@@ -361,5 +384,37 @@ mod tests {
         let info = d.header(&bytes).unwrap();
         d.decode_window(&bytes, &info, 8, Window { left: 0, top: 0, width: 40, height: 40 }, &mut out)
             .unwrap();
+    }
+    #[test]
+    fn a_header_of_other_bytes_is_an_error_not_a_write_out_of_bounds() {
+        let mut d = TurboDecoder::new().unwrap();
+        let (small, _) = jpeg(16, 16);
+        let (large, _) = jpeg(64, 96);
+        let small_info = d.header(&small).unwrap();
+        let large_info = d.header(&large).unwrap();
+        // The small image's header with the large image's bytes: a whole-image window of 16×16
+        // would have TurboJPEG write 96×64 pixels into a 16×16 buffer.
+        let whole = Window { left: 0, top: 0, width: 16, height: 16 };
+        let mut out = Vec::new();
+        let err = d.decode_window(&large, &small_info, 8, whole, &mut out).unwrap_err();
+        assert!(err.contains("not this JPEG's") && err.contains("96×64"), "{err}");
+        assert!(out.is_empty(), "nothing is written for a mismatched header");
+        // The header read last was the small image's (same decoder): still refused.
+        d.header(&small).unwrap();
+        assert!(d.decode_window(&large, &small_info, 8, whole, &mut out).is_err());
+        // A header claiming more than the bytes hold, and a made-up one.
+        let all_large = Window { left: 0, top: 0, width: 96, height: 64 };
+        assert!(d.decode_window(&small, &large_info, 8, all_large, &mut out).is_err());
+        let made_up = JpegInfo { width: 1 << 20, height: 1 << 20, mcu_width: 0, windowable: true };
+        let huge = Window { left: 0, top: 0, width: 1 << 20, height: 1 << 20 };
+        assert!(d.decode_window(&small, &made_up, 8, huge, &mut out).is_err());
+        // A window whose sides overflow when added: an error, not a panic.
+        let wrapping = Window { left: 0, top: usize::MAX, width: 16, height: 2 };
+        assert!(d.decode_window(&small, &small_info, 8, wrapping, &mut out).is_err());
+        assert!(out.is_empty());
+        // The same bytes in another buffer (another address) decode with their header.
+        let copy = small.clone();
+        d.decode_window(&copy, &small_info, 8, whole, &mut out).unwrap();
+        assert_eq!(out.len(), 16 * 16 * 3);
     }
 }
