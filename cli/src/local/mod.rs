@@ -160,9 +160,18 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
         }
         println!("{ready}");
         let mut tick = tokio::time::interval(Duration::from_millis(200));
+        // A dispatcher fenced off its journal stops serving: the process ends, in failure.
+        let watched = local.dispatcher.clone();
+        let halted = watched.halted();
+        tokio::pin!(halted);
+        let mut stopped = None;
         loop {
             tokio::select! {
                 _ = signals.recv() => break,
+                why = &mut halted => {
+                    stopped = Some(why);
+                    break;
+                }
                 _ = tick.tick() => {
                     if args.exit_when_done && local.done() {
                         break;
@@ -172,6 +181,9 @@ pub fn serve(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resul
         }
         let scaling = local.scaling().map(|s| s.report());
         local.stop(DRAIN_GRACE).await;
+        if let Some(why) = stopped {
+            anyhow::bail!("the dispatcher stopped serving: {why}");
+        }
         if let Some(scaling) = scaling {
             // What the autoscaler did, for whoever started the service.
             println!("{}", serde_json::json!({ "scaling": scaling }));

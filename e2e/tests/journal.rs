@@ -1,0 +1,107 @@
+//! Two dispatchers (`granary run` processes) on one journal on the S3-compatible server: the
+//! second takes the journal over, the first's next change is refused `UNAVAILABLE` and its
+//! process ends in failure, and a third dispatcher reopening the journal finds every change
+//! either acknowledged, and not the refused one.
+
+use granary_e2e::s3::S3Server;
+use granary_e2e::{Dispatcher, Proc, dataset, granary_bin};
+use granary_proto::v1 as pb;
+use granary_proto::v1::dispatcher_client::DispatcherClient;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const JOURNAL: &str = "s3://journal/dispatcher/";
+
+/// `granary run MANIFEST --serve 127.0.0.1:0 --workers 0 --journal JOURNAL` with the S3
+/// server's credentials and loopback endpoint, once it printed its ready line.
+fn start(manifest: &Path, env: &[(String, String)]) -> Dispatcher {
+    let mut child = Command::new(granary_bin())
+        .arg("run")
+        .arg(manifest)
+        .args(["--serve", "127.0.0.1:0", "--workers", "0", "--journal", JOURNAL])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dispatcher starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let proc = Proc { child };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let line =
+        rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its ready line within 60 s");
+    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
+    let address = ready["dispatcher"].as_str().expect("dispatcher address").to_string();
+    Dispatcher { proc, address, ready, lines: rx }
+}
+
+/// Registers a consumer of job `job` of the pipeline, declaring `consumers` consumers.
+fn register(
+    rt: &tokio::runtime::Runtime,
+    d: &Dispatcher,
+    job: &str,
+    consumers: u32,
+) -> Result<pb::RegisterClientResponse, tonic::Status> {
+    rt.block_on(async {
+        let mut client = DispatcherClient::connect(format!("http://{}", d.address))
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let request = pb::RegisterClientRequest {
+            pipeline: "e2e".into(),
+            job: job.into(),
+            num_consumers: consumers,
+            ..Default::default()
+        };
+        client.register_client(request).await.map(tonic::Response::into_inner)
+    })
+}
+
+#[test]
+fn the_fenced_dispatcher_stops_and_nothing_acknowledged_is_lost() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let data = dataset(8, 4, 4, 1);
+    let s3 = S3Server::start(&data.dir.path().join("s3"), 0, &["journal"]);
+    let env = s3.env();
+
+    let mut first = start(&data.manifest, &env);
+    register(&rt, &first, "before", 1).expect("the first dispatcher takes a job");
+    let second = start(&data.manifest, &env);
+    register(&rt, &second, "after", 1).expect("the second dispatcher takes a job");
+
+    // The second took the journal over: the first refuses its next change, and ends.
+    let refused = register(&rt, &first, "late", 1).expect_err("the fenced dispatcher refuses a change");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("fenced"), "{refused:?}");
+    let start_wait = Instant::now();
+    let status = loop {
+        if let Some(status) = first.proc.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(30),
+            "the fenced dispatcher still runs after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "the fenced dispatcher ended with {status}");
+    drop(second);
+
+    // Reopened: the acknowledged jobs exist (declaring another consumer count is refused), the
+    // refused one does not (so it is created now).
+    let third = start(&data.manifest, &env);
+    for job in ["before", "after"] {
+        let e = register(&rt, &third, job, 2).expect_err("an acknowledged job survives");
+        assert_eq!(e.code(), Code::FailedPrecondition, "job {job}: {e:?}");
+    }
+    register(&rt, &third, "late", 2).expect("the refused job was never recorded");
+    drop(third);
+    s3.kill();
+}
