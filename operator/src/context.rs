@@ -61,6 +61,8 @@ pub struct Tracked {
     pub status_written: Option<Instant>,
     /// The failure of the last reconcile, published as an Event; `None` after a success.
     pub reconcile_failure: Option<String>,
+    /// Reconciles failed in a row since the last success: how long the next retry waits.
+    pub failures: u32,
 }
 
 impl Context {

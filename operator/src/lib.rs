@@ -4,6 +4,7 @@
 //! progress, scaling and caching in the pipeline's status and Events. One replica leads (a
 //! `coordination.k8s.io` Lease); the others wait.
 
+pub mod backoff;
 pub mod config;
 pub mod context;
 pub mod controller;

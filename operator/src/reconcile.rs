@@ -3,6 +3,7 @@
 //! publish decisions as Events and write status. Idempotent: a second reconcile of the same
 //! generation changes nothing but status figures.
 
+use crate::backoff;
 use crate::config::{FINALIZER, MANAGER};
 use crate::context::Context;
 use crate::credentials::Credentials;
@@ -43,8 +44,6 @@ pub enum Error {
     NoNamespace(String),
 }
 
-/// How long to wait before retrying after a failure.
-const RETRY: Duration = Duration::from_secs(10);
 /// How long to wait before listing an unreachable source again.
 const SOURCE_RETRY: Duration = Duration::from_secs(30);
 
@@ -57,7 +56,10 @@ pub async fn reconcile(pipeline: Arc<InputPipeline>, ctx: Arc<Context>) -> Resul
             Finalizing::Apply(p) => {
                 let outcome = apply(p.clone(), &ctx).await;
                 match &outcome {
-                    Ok(_) => tracked(&p, &ctx, |t| t.reconcile_failure = None),
+                    Ok(_) => tracked(&p, &ctx, |t| {
+                        t.reconcile_failure = None;
+                        t.failures = 0;
+                    }),
                     Err(e) => report_failure(&p, &ctx, e).await,
                 }
                 outcome
@@ -117,10 +119,21 @@ pub fn explain(error: &Error) -> String {
     }
 }
 
-/// Requeues a failed reconcile after a pause.
-pub fn error_policy(pipeline: Arc<InputPipeline>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(pipeline = %pipeline.name_any(), "reconcile failed: {error}");
-    Action::requeue(RETRY)
+/// Requeues a failed reconcile after a pause that grows with the pipeline's consecutive
+/// failures, with jitter ([`backoff::delay`]); a successful reconcile resets the count.
+pub fn error_policy(pipeline: Arc<InputPipeline>, error: &Error, ctx: Arc<Context>) -> Action {
+    let failures = tracked(&pipeline, &ctx, |t| {
+        t.failures = t.failures.saturating_add(1);
+        t.failures
+    });
+    let wait = backoff::delay(failures, backoff::unit_random());
+    tracing::warn!(
+        pipeline = %pipeline.name_any(),
+        failures,
+        retry_in = ?wait,
+        "reconcile failed: {error}"
+    );
+    Action::requeue(wait)
 }
 
 /// The spec as `granary validate` reads it: every problem with its field path, or the manifest

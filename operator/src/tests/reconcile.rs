@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::events::Notifier;
 use crate::fixtures::{pipeline, settings};
 use crate::pool::KubernetesPool;
-use crate::reconcile::reconcile;
+use crate::reconcile::{error_policy, reconcile};
 use granary_crds::InputPipeline;
 use granary_crds::Manifest;
 use granary_dispatcher::host::Autoscalers;
@@ -369,5 +369,43 @@ async fn an_autoscaler_decision_becomes_a_scale_patch_and_a_scaled_event() {
     assert_eq!(event["note"], notes[0].text);
     assert!(event["note"].as_str().unwrap().starts_with("scaled from 1 to 3 workers: "), "{event}");
     publish.await.unwrap();
+    server.check_rbac();
+}
+
+#[tokio::test]
+async fn failed_reconciles_count_up_the_backoff_until_one_succeeds() {
+    let (client, mut server) = ApiServer::start();
+    let ctx = context(client, true).await;
+    let object = p(1, json!({"scaling": {"policy": "fixed", "replicas": 2}}));
+    let failures = || ctx.with("ns/p", "uid-p", |t| t.failures);
+
+    // The API server is unavailable: the reconcile fails and says so.
+    let task = tokio::spawn(reconcile(Arc::new(object.clone()), ctx.clone()));
+    let unavailable = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "ServiceUnavailable",
+        "message": "the server is currently unable to handle the request", "code": 503,
+    });
+    server.expect_status("PATCH", SERVICE, http::StatusCode::SERVICE_UNAVAILABLE, |_| unavailable).await;
+    expect_event(&mut server, "ReconcileFailed").await;
+    server.expect("PATCH", &format!("{PIPELINES}/p/status"), status_reply(&object)).await;
+    let error = task.await.unwrap().unwrap_err();
+    assert_eq!(failures(), 0, "the reconcile itself does not count");
+
+    // Each failure handed to the error policy counts, and each requeues (never waits for a change).
+    for n in 1..=3 {
+        let action = error_policy(Arc::new(object.clone()), &error, ctx.clone());
+        assert_eq!(failures(), n);
+        assert_ne!(action, kube::runtime::controller::Action::await_change());
+    }
+
+    // The next reconcile succeeds: the count starts again.
+    let task = tokio::spawn(reconcile(Arc::new(object.clone()), ctx.clone()));
+    expect_applies(&mut server, 1, 0).await;
+    expect_event(&mut server, "Registered").await;
+    server.expect("PATCH", &format!("{DEPLOYMENT}/scale"), |_| scale_reply(2)).await;
+    expect_event(&mut server, "Scaled").await;
+    server.expect("PATCH", &format!("{PIPELINES}/p/status"), status_reply(&object)).await;
+    task.await.unwrap().unwrap();
+    assert_eq!(failures(), 0, "a success resets the backoff");
     server.check_rbac();
 }
