@@ -1,11 +1,23 @@
 //! What the dispatcher plans an epoch with: the source's splits and how many elements each one
-//! yields. Files and Parquet row groups are counted from the listing; WebDataset shards and JSONL,
-//! TFRecord and CSV files are read once (without decoding images) to count their samples, lines,
-//! records or rows. Reading them checks them too: a corrupt TFRecord (a CRC that does not match)
-//! or a CSV row with a missing cell fails the listing, before any epoch starts.
+//! yields. Files and Parquet row groups are counted from the listing. WebDataset shards are
+//! counted from their tar headers alone (members are skipped, not fetched) and JSONL files by
+//! streaming their lines through a fixed buffer, so counting holds no object in memory; TFRecord
+//! and CSV files are read once to count their records or rows, which checks them too: a corrupt
+//! TFRecord (a CRC that does not match) or a CSV row with a missing cell fails the listing, before
+//! any epoch starts. Counting has a time budget ([`COUNT_BUDGET`] unless given): past it, the
+//! listing fails and says how far it got.
+
+mod lines;
+mod ranged;
+mod shards;
+#[cfg(test)]
+mod tests;
+
+use ranged::Deadline;
 
 use crate::source::{Source, SourceError, Split, SplitKind};
 use granary_crds::InputPipelineSpec;
+use std::time::Duration;
 
 /// One split as the planner sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,31 +43,50 @@ pub fn describe(spec: &InputPipelineSpec) -> Result<Vec<SplitFacts>, SourceError
     list(spec).map(|listing| listing.splits)
 }
 
-/// Lists every input of `spec` and counts each split's elements. Blocks; call it off any async
-/// runtime.
+/// How long listing and counting a pipeline's source may take by default.
+pub const COUNT_BUDGET: Duration = Duration::from_secs(60);
+
+/// Lists every input of `spec` and counts each split's elements within [`COUNT_BUDGET`]. Blocks;
+/// call it off any async runtime.
 pub fn list(spec: &InputPipelineSpec) -> Result<Listing, SourceError> {
+    list_within(spec, COUNT_BUDGET)
+}
+
+/// Lists every input of `spec` and counts each split's elements, failing once `budget` is spent.
+/// Blocks; call it off any async runtime.
+pub fn list_within(spec: &InputPipelineSpec, budget: Duration) -> Result<Listing, SourceError> {
+    let deadline = Deadline::after(budget);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("granary-catalog")
         .enable_all()
         .build()
         .map_err(|e| SourceError::data("spec.source.url", format!("cannot start the I/O runtime: {e}")))?;
-    let source = runtime.block_on(Source::open_all(spec, spec.batch.size.max(1) as usize))?;
+    let opened = runtime.block_on(async {
+        tokio::time::timeout(budget, Source::open_all(spec, spec.batch.size.max(1) as usize)).await
+    });
+    let source = match opened {
+        Ok(source) => source?,
+        Err(_) => return Err(spent(budget, "listing the source", None)),
+    };
     let inputs = source.input_splits();
     let splits = source.splits();
     let mut facts = vec![SplitFacts { elements: 0, bytes: 0 }; splits.len()];
     let readers = splits.len().clamp(1, 4);
     let chunk = splits.len().div_ceil(readers).max(1);
     let handle = runtime.handle();
-    std::thread::scope(|scope| {
+    let counted = std::sync::atomic::AtomicUsize::new(0);
+    let result = std::thread::scope(|scope| {
         let jobs: Vec<_> = splits
             .chunks(chunk)
             .zip(facts.chunks_mut(chunk))
             .map(|(splits, out)| {
-                let source = &source;
+                let (source, counted) = (&source, &counted);
                 scope.spawn(move || -> Result<(), SourceError> {
                     for (split, fact) in splits.iter().zip(out) {
-                        *fact = SplitFacts { elements: count(source, split, handle)?, bytes: split.bytes() };
+                        let elements = count(source, split, handle, deadline)?;
+                        *fact = SplitFacts { elements, bytes: split.bytes() };
+                        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     Ok(())
                 })
@@ -68,21 +99,69 @@ pub fn list(spec: &InputPipelineSpec) -> Result<Listing, SourceError> {
             }
         }
         Ok(())
-    })?;
+    });
+    if deadline.passed() && result.is_err() {
+        let done = (counted.into_inner(), splits.len());
+        return Err(spent(budget, "counting the source's elements", Some(done)));
+    }
+    result?;
     Ok(Listing { splits: facts, inputs })
 }
 
-fn count(source: &Source, split: &Split, rt: &tokio::runtime::Handle) -> Result<u64, SourceError> {
+/// The error of a listing that ran out of `budget` while `doing` (with `(counted, splits)` when
+/// counting).
+fn spent(budget: Duration, doing: &str, progress: Option<(usize, usize)>) -> SourceError {
+    let progress = match progress {
+        Some((counted, splits)) => format!(" ({counted} of {splits} splits counted)"),
+        None => String::new(),
+    };
+    SourceError::data(
+        "spec.source.url",
+        format!(
+            "{doing} took longer than its {}s budget{progress}; check that the store answers, use \
+             fewer and larger objects, or raise the budget (granary operator --count-budget)",
+            budget.as_secs_f64()
+        ),
+    )
+}
+
+fn count(
+    source: &Source,
+    split: &Split,
+    rt: &tokio::runtime::Handle,
+    deadline: Deadline,
+) -> Result<u64, SourceError> {
+    let store = || {
+        source
+            .store_of(split)
+            .ok_or_else(|| SourceError::data(format!("split {}", split.id), "names no listed input"))
+    };
     match &split.kind {
         SplitKind::Files(files) => Ok(files.len() as u64),
         SplitKind::RowGroup { rows, .. } => Ok(*rows),
-        SplitKind::Shard(_) | SplitKind::Jsonl(_) | SplitKind::Tfrecord { .. } | SplitKind::Csv { .. } => {
+        SplitKind::Shard(object) => shards::count(store()?, object, rt, deadline),
+        SplitKind::Jsonl(object) => lines::count(store()?, object, rt, deadline),
+        SplitKind::Tfrecord { .. } | SplitKind::Csv { .. } => {
             let mut n = 0u64;
             source.read_split(split, rt, &mut |_| {
                 n += 1;
-                true
+                !deadline.passed()
             })?;
+            if deadline.passed() {
+                return Err(SourceError::data(split_location(split), "the counting budget is spent"));
+            }
             Ok(n)
         }
+    }
+}
+
+/// The object a split of one object reads, for messages.
+fn split_location(split: &Split) -> String {
+    match &split.kind {
+        SplitKind::Shard(o) | SplitKind::Jsonl(o) => o.location.to_string(),
+        SplitKind::Tfrecord { object, .. }
+        | SplitKind::Csv { object, .. }
+        | SplitKind::RowGroup { object, .. } => object.location.to_string(),
+        SplitKind::Files(_) => format!("split {}", split.id),
     }
 }

@@ -63,6 +63,10 @@ pub struct OperatorArgs {
     /// Seconds between autoscaling evaluations.
     #[arg(long, default_value_t = 10.0)]
     pub policy_period: f64,
+    /// Seconds listing a pipeline's source and counting its elements may take before the
+    /// registration fails (reported as `SourceUnavailable`, retried).
+    #[arg(long, env = "GRANARY_COUNT_BUDGET", default_value_t = 60.0, value_name = "SECONDS")]
+    pub count_budget: f64,
     /// Secure the gRPC plane: TLS on every link and a credential on every call. The CA and the
     /// master key live in Secrets of the operator's namespace; each pipeline gets a worker
     /// Secret its pods mount and a trainer Secret (`<name>-granary-trainer`) trainers read.
@@ -175,7 +179,13 @@ pub fn operator(args: &OperatorArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let catalog = Arc::new(crate::local::catalog::WorkerCatalog);
+    let budget =
+        Duration::try_from_secs_f64(args.count_budget).ok().filter(|b| !b.is_zero()).ok_or_else(|| {
+            InvalidInput(
+                "--count-budget (GRANARY_COUNT_BUDGET) must be a positive number of seconds".to_string(),
+            )
+        })?;
+    let catalog = Arc::new(crate::local::catalog::WorkerCatalog { budget });
     let bound = |dispatcher: SocketAddr, metrics: SocketAddr| {
         println!(
             "{}",

@@ -118,7 +118,7 @@ impl LocalService {
             },
             metrics: options.metrics_addr.map_or(Metrics::Off, Metrics::Serve),
         };
-        let mut plane = ControlPlane::start(host, Arc::new(WorkerCatalog), listener).await?;
+        let mut plane = ControlPlane::start(host, Arc::new(WorkerCatalog::default()), listener).await?;
         let dispatcher = plane.dispatcher().clone();
         let address = plane.address();
         let started = match dispatcher.register(&pipeline, manifest).await {

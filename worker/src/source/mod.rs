@@ -269,6 +269,11 @@ impl Source {
             .collect()
     }
 
+    /// The store `split` reads (its input's); `None` for a split of another source.
+    pub fn store_of(&self, split: &Split) -> Option<&Arc<dyn ObjectStore>> {
+        self.inputs.get(split.input).map(|i| &i.located.store)
+    }
+
     /// The layout of the data (the first input's).
     pub fn format(&self) -> SourceFormat {
         self.first().format

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 
 /// Largest tar member read into memory.
-const MAX_MEMBER: u64 = 1 << 30;
+pub(crate) const MAX_MEMBER: u64 = 1 << 30;
 
 /// Splits a member path into its sample key and extension: the key ends at the first `.` of the
 /// file name (WebDataset's convention), so `a/b.seg.png` is sample `a/b`, extension `seg.png`.
