@@ -13,6 +13,8 @@
 //! The object layout is in [`layout`]; the first layout (`snapshot.json`, records without a
 //! term) is still read, so existing journals carry on.
 
+#[cfg(test)]
+mod bench;
 mod commit;
 mod layout;
 #[cfg(test)]
