@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod cache;
+pub mod errors;
 mod fieldpath;
 pub mod manifest;
 pub mod mixing;
@@ -24,6 +25,7 @@ pub mod validate;
 pub mod workers;
 
 pub use cache::{ByteSize, CachePolicy, CacheSpec};
+pub use errors::{ErrorPolicy, ErrorsSpec};
 pub use manifest::{Manifest, load_manifest, parse_manifest};
 pub use mixing::{Input, InputPath, MixStop, MixingSpec, WeightedSource};
 pub use ops::{DType, OpConfig};

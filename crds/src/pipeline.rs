@@ -1,6 +1,7 @@
 //! The `InputPipeline` resource and its spec.
 
 use crate::batch::{BucketSpec, PadSpec};
+use crate::errors::ErrorsSpec;
 use crate::mixing::{Input, InputPath, MixingSpec, SINGLE_SOURCE_NAME, WeightedSource};
 use crate::{CacheSpec, InputPipelineStatus, PythonSpec, ScalingSpec, SourceSpec, StageSpec, WorkersSpec};
 use kube::CustomResource;
@@ -80,9 +81,18 @@ pub struct InputPipelineSpec {
     /// Where `python.map` stages find their code under Kubernetes, besides the worker image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonSpec>,
+    /// What an element that a stage fails on does: fail its split (the default), or be skipped
+    /// and counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<ErrorsSpec>,
 }
 
 impl InputPipelineSpec {
+    /// Whether elements that a stage fails on are skipped (`spec.errors.policy: skip`).
+    pub fn skips_elements(&self) -> bool {
+        self.errors.as_ref().is_some_and(ErrorsSpec::skips)
+    }
+
     /// The pipeline's inputs: its single `source`, or each of `sources`, in order. Split ids are
     /// numbered across them in this order.
     pub fn inputs(&self) -> Vec<Input<'_>> {

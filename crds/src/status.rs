@@ -28,6 +28,10 @@ pub struct InputPipelineStatus {
     /// What the autocacher decided and what the cache holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheStatus>,
+    /// Elements a stage failed on that were dropped under `spec.errors.policy: skip`, over every
+    /// job and epoch (counted once per split, epoch and job). Absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_elements: Option<u64>,
     /// Current epoch of the slowest consumer, counted from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u32>,

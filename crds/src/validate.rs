@@ -61,6 +61,9 @@ pub fn validate(spec: &InputPipelineSpec) -> Vec<Problem> {
     if let Some(python) = &spec.python {
         python.check(&mut problems);
     }
+    if let Some(errors) = &spec.errors {
+        errors.check(&mut problems);
+    }
     problems
 }
 
@@ -600,6 +603,13 @@ pub fn deterministic_prefix_len(stages: &[StageSpec]) -> usize {
 /// one element for each it takes. Otherwise the counts are learnt as splits are computed.
 pub fn counts_known(stages: &[StageSpec]) -> bool {
     stages.iter().all(|s| op_info(&s.op).is_none_or(|i| i.count == Count::Same))
+}
+
+/// Whether every split of `spec` yields its listed element count: [`counts_known`] of its
+/// stages, unless elements a stage fails on are skipped (`spec.errors.policy: skip`), which makes
+/// a split's count known only once it is computed, as a filter does.
+pub fn spec_counts_known(spec: &InputPipelineSpec) -> bool {
+    counts_known(&spec.stages) && !spec.skips_elements()
 }
 
 fn check_cache_at(at: &str, stages: &[StageSpec], problems: &mut Vec<Problem>) {

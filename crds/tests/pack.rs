@@ -29,6 +29,7 @@ fn spec(stages: Vec<StageSpec>) -> InputPipelineSpec {
         cache: None,
         workers: None,
         python: None,
+        errors: None,
     }
 }
 

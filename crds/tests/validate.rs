@@ -36,6 +36,7 @@ fn spec() -> InputPipelineSpec {
         cache: None,
         workers: None,
         python: None,
+        errors: None,
     }
 }
 
