@@ -1,8 +1,9 @@
 //! The dispatcher's Prometheus metrics (`granary run --metrics-addr`, and the operator's metrics
 //! port), rebuilt from the live state at each scrape. Per pipeline (`namespace`, `pipeline`):
 //! the workers ready, desired, registered and lost; lease outcomes; the cache's state, bytes and
-//! splits by outcome; per trainer job (`trainer_job`): consumers, epoch, batches delivered and
-//! demanded, buffered batches, and histograms of the trainers' step and wait times.
+//! splits by outcome; elements skipped (`spec.errors.policy: skip`); per trainer job
+//! (`trainer_job`): consumers, epoch, batches delivered and demanded, buffered batches, and
+//! histograms of the trainers' step and wait times.
 
 use crate::autoscaler::Scaling;
 use crate::service::Dispatcher;
@@ -42,6 +43,7 @@ pub struct Exposition {
     cache_splits: IntCounterVec,
     cache_recomputed: IntCounterVec,
     splits: IntCounterVec,
+    skipped: IntCounterVec,
     journal: IntCounterVec,
     sizing: Mutex<BTreeMap<String, Sizing>>,
 }
@@ -161,6 +163,12 @@ impl Exposition {
                  draining worker, or taken from a dead or late one and handed out again).",
                 &["namespace", "pipeline", "event"],
             )?,
+            skipped: counters(
+                "granary_dispatcher_elements_skipped_total",
+                "Elements a stage failed on that were dropped under spec.errors.policy skip, counted once \
+                 per split, epoch and trainer job (journaled: it survives a restart).",
+                &PIPELINE,
+            )?,
             journal: counters(
                 "granary_dispatcher_journal_writes_total",
                 "Appends to the dispatcher's journal, by result (ok or error).",
@@ -225,6 +233,7 @@ impl Exposition {
             &self.cache_splits,
             &self.cache_recomputed,
             &self.splits,
+            &self.skipped,
             &self.journal,
         ] {
             family.reset();
@@ -268,6 +277,7 @@ impl Exposition {
         {
             set_total(self.splits.with_label_values(&[namespace, name, event]), total);
         }
+        set_total(self.skipped.with_label_values(&labels), dispatcher.skipped(pipeline));
         if let Some(report) = dispatcher.cache_report(pipeline) {
             self.refresh_cache(&labels, &report);
         }
