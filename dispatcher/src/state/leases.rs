@@ -1,0 +1,515 @@
+//! The worker-facing rules: registration, heartbeats, and split leases.
+
+use super::{DispatchError, Event, LeaseEntry, MAX_SPLIT_ATTEMPTS, Replay, SplitStatus, State, WorkerEntry};
+use granary_proto::v1 as pb;
+use std::collections::BTreeSet;
+
+impl State {
+    /// Registers a worker (again, with the leases it holds, after a dispatcher restart). Returns
+    /// its id and the held leases taken back because their split is done or leased elsewhere.
+    pub fn register_worker(
+        &mut self,
+        req: &pb::RegisterWorkerRequest,
+        now: u64,
+    ) -> Result<(String, Vec<u64>), DispatchError> {
+        if req.address.is_empty() {
+            return Err(DispatchError::InvalidArgument(
+                "`address` is empty; a worker registers the host:port clients should use".into(),
+            ));
+        }
+        if !req.pipeline.is_empty() && !self.pipelines.contains_key(&req.pipeline) {
+            tracing::info!(pipeline = %req.pipeline, "worker serves a pipeline not registered yet");
+        }
+        let id = if req.worker_id.is_empty() { self.fresh_id("worker") } else { req.worker_id.clone() };
+        if let Some(old) = self.workers.remove(&id) {
+            // The same worker again: what it no longer lists goes back to the queue.
+            for lease in old.leases {
+                if !req.leases.iter().any(|l| l.lease_id == lease) {
+                    self.requeue(lease);
+                }
+            }
+        }
+        let pipeline = (!req.pipeline.is_empty()).then(|| req.pipeline.clone());
+        self.count_worker(pipeline.as_deref(), |c| c.registrations += 1);
+        self.workers.insert(
+            id.clone(),
+            WorkerEntry {
+                address: req.address.clone(),
+                metrics_address: (!req.metrics_address.is_empty()).then(|| req.metrics_address.clone()),
+                pipeline,
+                last_seen: now,
+                leases: BTreeSet::new(),
+                metrics: None,
+            },
+        );
+        let mut revoked = Vec::new();
+        for lease in &req.leases {
+            if !self.adopt(&id, lease, now) {
+                revoked.push(lease.lease_id);
+            }
+        }
+        Ok((id, revoked))
+    }
+
+    /// Takes back a lease a worker held before a restart, unless the split moved on.
+    fn adopt(&mut self, worker: &str, lease: &pb::Lease, now: u64) -> bool {
+        if let Some(existing) = self.leases.get(&lease.lease_id) {
+            return existing.worker == worker;
+        }
+        let Some(job) = self.pipelines.get_mut(&lease.pipeline).and_then(|p| p.jobs.get_mut(&lease.job))
+        else {
+            return false;
+        };
+        if lease.split >= job.settings.max_splits() {
+            return false;
+        }
+        let replay = Replay { epoch: lease.epoch, split: lease.split, only: lease.only_consumer };
+        if replay.only.is_none() {
+            let epoch = job.epoch(lease.epoch);
+            if epoch.status.get(lease.split) != SplitStatus::Pending {
+                return false;
+            }
+            epoch.status.set(lease.split, SplitStatus::Leased(lease.lease_id));
+            job.replays.retain(|r| *r != replay);
+        }
+        self.leases.insert(
+            lease.lease_id,
+            LeaseEntry {
+                worker: worker.to_string(),
+                pipeline: lease.pipeline.clone(),
+                job: lease.job.clone(),
+                replay,
+                deadline: now + self.timing.lease_ms,
+                cache: lease.cache.clone(),
+            },
+        );
+        if let Some(task) = &lease.cache {
+            self.adopt_cache_task(&lease.pipeline, task, lease.split, lease.lease_id);
+        }
+        self.next_lease = self.next_lease.max(lease.lease_id + 1);
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.leases.insert(lease.lease_id);
+        }
+        true
+    }
+
+    fn worker_mut(&mut self, id: &str) -> Result<&mut WorkerEntry, DispatchError> {
+        self.workers.get_mut(id).ok_or_else(|| {
+            DispatchError::NotFound(format!("unknown worker `{id}`; register (again) with RegisterWorker"))
+        })
+    }
+
+    /// Records a heartbeat: renews the listed leases and answers with the ones the worker lost
+    /// and the consumers that will not read again (gone, or finished) of the jobs it produces
+    /// for ([`State::gone_consumers`]). A finished consumer's
+    /// queue can still receive replayed or duplicate parts (a resumed consumer gets replays of
+    /// splits it may already have had), and nothing would drain them: a producer waiting on
+    /// that full queue would hold its worker, and every job the worker serves, forever.
+    pub fn worker_heartbeat(
+        &mut self,
+        req: &pb::WorkerHeartbeatRequest,
+        now: u64,
+    ) -> Result<pb::WorkerHeartbeatResponse, DispatchError> {
+        let revoked = self.renew(&req.worker_id, &req.leases, now)?;
+        self.worker_mut(&req.worker_id)?.metrics = req.metrics.clone();
+        let gone = self.gone_consumers(&req.worker_id, &req.queued);
+        Ok(pb::WorkerHeartbeatResponse { revoked, gone })
+    }
+
+    /// Extends the deadlines of `leases`; returns those the worker does not hold.
+    pub fn renew(&mut self, worker: &str, leases: &[u64], now: u64) -> Result<Vec<u64>, DispatchError> {
+        let deadline = now + self.timing.lease_ms;
+        self.worker_mut(worker)?.last_seen = now;
+        let mut revoked = Vec::new();
+        for id in leases {
+            match self.leases.get_mut(id) {
+                Some(l) if l.worker == worker => l.deadline = deadline,
+                _ => revoked.push(*id),
+            }
+        }
+        Ok(revoked)
+    }
+
+    /// The next split for `worker`: replays first, then each job's epochs in order, one job after
+    /// another. `None` when there is nothing to do now.
+    pub fn lease(&mut self, worker: &str, now: u64) -> Result<Option<pb::Lease>, DispatchError> {
+        let filter = self.worker_mut(worker)?.pipeline.clone();
+        let names: Vec<String> = self
+            .pipelines
+            .iter()
+            .filter(|(name, p)| filter.as_deref().is_none_or(|f| f == name.as_str()) && p.failed.is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut jobs: Vec<(String, String)> = Vec::new();
+        for name in names {
+            self.cache_profile_timeout(&name, now);
+            if let Some(p) = self.pipelines.get(&name) {
+                for job in p.jobs.keys() {
+                    jobs.push((name.clone(), job.clone()));
+                }
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(None);
+        }
+        for i in 0..jobs.len() {
+            let (pipeline, job) = &jobs[(self.turn + i) % jobs.len()];
+            if let Some(replay) = self.next_work(pipeline, job) {
+                self.turn = (self.turn + i + 1) % jobs.len();
+                return Ok(Some(self.grant(worker, pipeline, job, replay, now)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_work(&mut self, pipeline: &str, job_name: &str) -> Option<Replay> {
+        let window = count_window(self.workers.len());
+        let p = self.pipelines.get_mut(pipeline)?;
+        let epochs = p.facts.epochs;
+        let job = p.jobs.get_mut(job_name)?;
+        if job.consumers.values().all(|c| c.gone || c.finished) {
+            return None;
+        }
+        while let Some(replay) = job.replays.pop_front() {
+            // A whole-split re-lease is stale once the split was taken back or finished.
+            if replay.only.is_some()
+                || job.epoch(replay.epoch).status.get(replay.split) == SplitStatus::Pending
+            {
+                return Some(replay);
+            }
+        }
+        let limit = job.slowest_epoch(epochs).saturating_add(1).min(epochs.saturating_sub(1));
+        let first = job.epochs.keys().next().copied().unwrap_or(0);
+        for epoch in first..=limit {
+            let state = job.epoch(epoch);
+            // Splits counted but not yet placeable are held by their workers: lease only so far
+            // past the first uncounted split (replays, above, are always handed out).
+            if state.cursor >= state.plan.counted_splits() + window {
+                continue;
+            }
+            while state.cursor < state.plan.order().len() {
+                let split = state.plan.order()[state.cursor];
+                state.cursor += 1;
+                if state.status.get(split) == SplitStatus::Pending {
+                    return Some(Replay { epoch, split, only: None });
+                }
+            }
+        }
+        None
+    }
+
+    fn grant(&mut self, worker: &str, pipeline: &str, job_name: &str, replay: Replay, now: u64) -> pb::Lease {
+        self.next_lease += 1;
+        let id = self.next_lease;
+        let lease_ms = self.timing.lease_ms;
+        // A split whose output count is not known yet is leased without parts: the worker
+        // counts it first (`CountSplit`) and gets its parts then.
+        let (generation, parts, elements, listed) = match self.pipelines.get_mut(pipeline) {
+            Some(p) => {
+                let generation = p.generation;
+                let job = p.jobs.get_mut(job_name);
+                match job {
+                    Some(job) => {
+                        let consumers = job.settings.consumers;
+                        let read = job.settings.listed_split(replay.split);
+                        let listed = job.settings.counts.get(read as usize).copied().unwrap_or(0);
+                        let state = job.epoch(replay.epoch);
+                        if replay.only.is_none() {
+                            state.status.set(replay.split, SplitStatus::Leased(id));
+                        }
+                        let elements = state.plan.count(replay.split).unwrap_or(0);
+                        (generation, state.plan.parts_of_split(replay.split, consumers), elements, listed)
+                    }
+                    None => (generation, Some(Vec::new()), 0, 0),
+                }
+            }
+            None => (0, Some(Vec::new()), 0, 0),
+        };
+        let count_first = parts.is_none();
+        let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
+        self.count_splits(pipeline, |c| c.leased += 1);
+        self.leases.insert(
+            id,
+            LeaseEntry {
+                worker: worker.to_string(),
+                pipeline: pipeline.to_string(),
+                job: job_name.to_string(),
+                replay,
+                deadline: now + lease_ms,
+                cache: Some(cache.clone()),
+            },
+        );
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.leases.insert(id);
+        }
+        pb::Lease {
+            lease_id: id,
+            pipeline: pipeline.to_string(),
+            generation,
+            job: job_name.to_string(),
+            epoch: replay.epoch,
+            split: replay.split,
+            elements,
+            parts: parts.unwrap_or_default().into_iter().map(part_message).collect(),
+            duration_ms: lease_ms as u32,
+            only_consumer: replay.only,
+            cache: Some(cache),
+            count_first,
+            listed,
+        }
+    }
+
+    /// A worker computed a leased split whose output count was unknown: the plan learns the
+    /// count, and the split's parts are returned once the plan can tell them (`None`: ask
+    /// again). A count that differs from one learnt before for the same split and epoch fails the
+    /// pipeline: its filters or packing do not decide the same way under the same seed.
+    pub fn count_split(
+        &mut self,
+        worker: &str,
+        lease: u64,
+        elements: u64,
+    ) -> Result<Option<Vec<pb::Part>>, DispatchError> {
+        let entry = match self.leases.get(&lease) {
+            Some(l) if l.worker == worker => l,
+            _ => {
+                return Err(DispatchError::NotFound(format!(
+                    "worker `{worker}` holds no lease {lease}; it was revoked"
+                )));
+            }
+        };
+        let (pipeline, job_name, replay) = (entry.pipeline.clone(), entry.job.clone(), entry.replay);
+        let p = self
+            .pipelines
+            .get_mut(&pipeline)
+            .ok_or_else(|| DispatchError::NotFound(format!("no pipeline `{pipeline}`")))?;
+        let epochs = p.facts.epochs;
+        let job = p.jobs.get_mut(&job_name).ok_or_else(|| {
+            DispatchError::NotFound(format!("pipeline `{pipeline}` has no job `{job_name}`"))
+        })?;
+        if replay.epoch >= epochs {
+            return Err(DispatchError::InvalidArgument(format!("epoch {} is past the last", replay.epoch)));
+        }
+        let consumers = job.settings.consumers;
+        let state = job.epoch(replay.epoch);
+        match state.plan.learn(replay.split, elements) {
+            Ok(true) => self.events.push(Event::SplitCounted {
+                pipeline: pipeline.clone(),
+                job: job_name,
+                epoch: replay.epoch,
+                split: replay.split,
+                elements,
+            }),
+            Ok(false) => {}
+            Err(mismatch) => {
+                let message = format!(
+                    "split {} of epoch {} yielded {} elements, and {} when it was computed before: a filter or \
+                     packing stage decided differently under the same seed (a `python.filter` that draws \
+                     randomness from anything but its `rng`?)",
+                    replay.split, replay.epoch, mismatch.now, mismatch.first
+                );
+                tracing::error!(pipeline = %pipeline, "{message}");
+                if p.failed.is_none() {
+                    p.failed = Some(message.clone());
+                }
+                return Err(DispatchError::FailedPrecondition(message));
+            }
+        }
+        Ok(state
+            .plan
+            .parts_of_split(replay.split, consumers)
+            .map(|parts| parts.into_iter().map(part_message).collect()))
+    }
+
+    /// A worker finished a split. Unknown leases (from before a restart) still count when they
+    /// name a real split.
+    pub fn complete(&mut self, req: &pb::CompleteSplitRequest) -> Result<(), DispatchError> {
+        if let Some(held) = self.leases.get(&req.lease_id)
+            && held.worker != req.worker_id
+        {
+            return Err(DispatchError::PermissionDenied(format!(
+                "lease {} is held by another worker; only its holder completes it",
+                req.lease_id
+            )));
+        }
+        let lease = self.leases.remove(&req.lease_id);
+        if let Some(l) = &lease
+            && let Some(w) = self.workers.get_mut(&l.worker)
+        {
+            w.leases.remove(&req.lease_id);
+        }
+        let (pipeline, job_name, replay, task) = match lease {
+            Some(l) => (l.pipeline, l.job, l.replay, l.cache),
+            None => (
+                req.pipeline.clone(),
+                req.job.clone(),
+                Replay { epoch: req.epoch, split: req.split, only: None },
+                None,
+            ),
+        };
+        self.cache_complete(&pipeline, task.as_ref(), req, replay.epoch, replay.split);
+        if self.pipelines.contains_key(&pipeline) {
+            self.count_splits(&pipeline, |c| c.completed += 1);
+        }
+        let p = self.pipelines.get_mut(&pipeline).ok_or_else(|| {
+            DispatchError::NotFound(format!(
+                "lease {} names pipeline `{pipeline}`, which is not registered",
+                req.lease_id
+            ))
+        })?;
+        let job = p.jobs.get_mut(&job_name).ok_or_else(|| {
+            DispatchError::NotFound(format!(
+                "lease {} names job `{job_name}`, which does not exist",
+                req.lease_id
+            ))
+        })?;
+        let read = job.settings.listed_split(replay.split);
+        let listed = job
+            .settings
+            .counts
+            .get(read as usize)
+            .copied()
+            .filter(|_| replay.split < job.settings.max_splits())
+            .ok_or_else(|| {
+                DispatchError::InvalidArgument(format!(
+                    "split {} does not exist; the source has {} splits",
+                    replay.split,
+                    job.settings.counts.len()
+                ))
+            })?;
+        // A split of a filtering pipeline was counted before it was routed; one that was not
+        // (a lease from before a restart) is counted now.
+        let expected = if job.settings.counts_known || replay.epoch >= p.facts.epochs {
+            listed
+        } else {
+            let state = job.epoch(replay.epoch);
+            if state.plan.learn(replay.split, req.elements) == Ok(true) {
+                self.events.push(Event::SplitCounted {
+                    pipeline: pipeline.clone(),
+                    job: job_name.clone(),
+                    epoch: replay.epoch,
+                    split: replay.split,
+                    elements: req.elements,
+                });
+            }
+            state.plan.count(replay.split).unwrap_or(req.elements)
+        };
+        if req.elements != expected && p.failed.is_none() {
+            let message = format!(
+                "split {} yielded {} elements but the plan expects {expected}: the source changed while the pipeline ran; register it again",
+                replay.split, req.elements
+            );
+            tracing::error!(pipeline = %pipeline, "{message}");
+            p.failed = Some(message);
+        }
+        if replay.only.is_none() && replay.epoch < p.facts.epochs {
+            let state = job.epoch(replay.epoch);
+            if state.status.get(replay.split) != SplitStatus::Done {
+                state.status.set(replay.split, SplitStatus::Done);
+                self.events.push(Event::SplitDone {
+                    pipeline: pipeline.clone(),
+                    job: job_name,
+                    epoch: replay.epoch,
+                    split: replay.split,
+                    skipped: req.skipped,
+                });
+                // Skips count once per split, epoch and job: a split produced again (a replay for
+                // one consumer) skips the same elements.
+                self.add_skips(&pipeline, req.skipped, Some(&req.skip_error));
+            }
+        }
+        Ok(())
+    }
+
+    /// A worker gives a lease back unfinished; `error` says why when producing the split failed.
+    /// The split goes back to the queue, unless it failed [`MAX_SPLIT_ATTEMPTS`] times: then the
+    /// pipeline fails with the last cause, rather than retrying forever.
+    pub fn give_back(&mut self, worker: &str, lease: u64, error: Option<&str>) -> Result<(), DispatchError> {
+        let entry = match self.leases.get(&lease) {
+            Some(l) if l.worker == worker => l,
+            Some(_) => {
+                return Err(DispatchError::PermissionDenied(format!(
+                    "lease {lease} is held by another worker; only its holder gives it back"
+                )));
+            }
+            None => return Err(DispatchError::NotFound(format!("worker `{worker}` holds no lease {lease}"))),
+        };
+        if let Some(error) = error.filter(|e| !e.is_empty()) {
+            let (pipeline, job, replay) = (entry.pipeline.clone(), entry.job.clone(), entry.replay);
+            if self.pipelines.get(&pipeline).and_then(|p| p.jobs.get(&job)).is_some() {
+                self.events.push(Event::SplitFailed {
+                    pipeline: pipeline.clone(),
+                    job: job.clone(),
+                    epoch: replay.epoch,
+                    split: replay.split,
+                    worker: worker.to_string(),
+                    error: error.to_string(),
+                });
+            }
+            self.count_failure(&pipeline, &job, replay.epoch, replay.split, worker, error);
+        }
+        self.requeue(lease);
+        Ok(())
+    }
+
+    /// Counts a failed attempt at a split; the pipeline fails at the limit.
+    pub(crate) fn count_failure(
+        &mut self,
+        pipeline: &str,
+        job: &str,
+        epoch: u32,
+        split: u64,
+        worker: &str,
+        error: &str,
+    ) {
+        let Some(p) = self.pipelines.get_mut(pipeline) else { return };
+        let Some(j) = p.jobs.get_mut(job) else { return };
+        let entry = j.failures.entry((epoch, split)).or_default();
+        entry.count += 1;
+        entry.worker = worker.to_string();
+        entry.error = error.to_string();
+        let attempts = entry.count;
+        tracing::warn!(%pipeline, epoch, split, attempts, %worker, "a split failed: {error}");
+        if attempts >= MAX_SPLIT_ATTEMPTS && p.failed.is_none() {
+            let message = format!(
+                "split {split} of epoch {epoch} failed {attempts} times (the last on worker `{worker}`): {error}"
+            );
+            tracing::error!(%pipeline, "{message}; it is not retried again");
+            p.failed = Some(message);
+        }
+    }
+
+    /// Puts a lease's split back at the front of its job's queue.
+    pub(crate) fn requeue(&mut self, lease: u64) {
+        let Some(l) = self.leases.remove(&lease) else { return };
+        if let Some(w) = self.workers.get_mut(&l.worker) {
+            w.leases.remove(&lease);
+        }
+        self.cache_release(&l.pipeline, l.cache.as_ref(), l.replay.split, lease);
+        self.count_splits(&l.pipeline, |c| c.requeued += 1);
+        let Some(job) = self.pipelines.get_mut(&l.pipeline).and_then(|p| p.jobs.get_mut(&l.job)) else {
+            return;
+        };
+        if l.replay.only.is_none() {
+            let state = job.epoch(l.replay.epoch);
+            if state.status.get(l.replay.split) != SplitStatus::Leased(lease) {
+                return;
+            }
+            state.status.set(l.replay.split, SplitStatus::Pending);
+        }
+        if !job.replays.contains(&l.replay) {
+            job.replays.push_front(l.replay);
+        }
+    }
+}
+
+/// The wire form of a planned part.
+fn part_message(p: crate::plan::Part) -> pb::Part {
+    pb::Part { lo: p.lo, hi: p.hi, slot: p.slot, consumers: p.consumers }
+}
+
+/// How many splits of an epoch past its first uncounted one may be leased, for pipelines whose
+/// counts are learnt: each worker holds its counted splits until the ones before them are
+/// counted, and this bounds that memory (a few splits a worker) without limiting parallelism.
+fn count_window(workers: usize) -> usize {
+    8 + 4 * workers
+}
