@@ -181,6 +181,7 @@ impl Engine {
             shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
             spec_stages: configs.len(),
             cache: None,
+            skip_errors: spec.skips_elements(),
         };
         let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
         let read = resources.read.lock().map(|r| r.clone()).unwrap_or_default();

@@ -79,7 +79,7 @@ fn run(engine: &Engine, tasks: Vec<Task>) -> (Vec<Batch>, Vec<(Task, u64, CacheO
     for output in engine.run_tasks(Box::new(tasks.into_iter())) {
         match output.unwrap() {
             Output::Batch { batch, .. } => batches.push(batch),
-            Output::SplitDone { task, elements, cache } => splits.push((task, elements, cache)),
+            Output::SplitDone { task, elements, cache, .. } => splits.push((task, elements, cache)),
         }
     }
     (batches, splits)

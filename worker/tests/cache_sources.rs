@@ -124,7 +124,7 @@ fn run(
     for output in engine.run_tasks(Box::new(tasks.into_iter())) {
         match output.unwrap() {
             Output::Batch { batch, .. } => batches.push(batch),
-            Output::SplitDone { task, elements, cache } => done.push((task.split, elements, cache)),
+            Output::SplitDone { task, elements, cache, .. } => done.push((task.split, elements, cache)),
         }
     }
     (comparable(&batches), done)

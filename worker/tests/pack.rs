@@ -119,7 +119,7 @@ fn run_tasks(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> (Vec<Batch>,
     for output in engine.run_tasks(Box::new(tasks.into_iter())) {
         match output.unwrap_or_else(|e| panic!("{e}")) {
             Output::Batch { batch, .. } => batches.push(batch),
-            Output::SplitDone { task, elements, cache } => {
+            Output::SplitDone { task, elements, cache, .. } => {
                 assert!(!cache.bad && cache.recomputed == 0, "split {}: {cache:?}", task.split);
                 counts.insert(task.split, elements);
             }

@@ -4,7 +4,7 @@
 //! elements are packed here, in order, and its rows are what is shuffled, batched and counted.
 
 use super::pack::SplitPack;
-use super::{CacheUse, Done, ExecError, Output, Plan, StageTimes, Task};
+use super::{CacheUse, Done, ExecError, Output, Plan, Skips, StageTimes, Task};
 use crate::batch::{Batch, BatchOrigin, Batcher};
 use crate::budget::Budget;
 use crate::cache::write::WriteThread;
@@ -28,6 +28,10 @@ struct SplitState {
     elements: u64,
     /// The split's entry is being written.
     writing: bool,
+    /// Why the split's entry stopped being written (an element skipped before the cut).
+    unwritten: Option<String>,
+    /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
+    skipped: Skips,
     /// `text.pack`: the split's packing, when the plan packs.
     pack: Option<SplitPack>,
     /// Rows the packing made from the last element, not yet taken in.
@@ -50,6 +54,8 @@ impl SplitState {
             sequence: 0,
             elements: 0,
             writing,
+            unwritten: None,
+            skipped: Skips::default(),
             pack: SplitPack::new(plan),
             rows: Vec::new(),
         }
@@ -151,7 +157,8 @@ impl SplitState {
                 return Ok(false);
             }
         }
-        Ok(out.send(Ok(Output::SplitDone { task: self.task, elements: self.elements, cache })).is_ok())
+        let (task, elements, skipped) = (self.task, self.elements, self.skipped);
+        Ok(out.send(Ok(Output::SplitDone { task, elements, cache, skipped })).is_ok())
     }
 }
 
@@ -254,11 +261,29 @@ fn assemble(
                         return Ok(());
                     }
                 }
-                Done::Dropped { task, split_id, record, .. } => {
+                Done::Dropped { task, split_id, record, skipped, .. } => {
                     let state = match split.as_mut() {
                         Some(state) => state,
                         None => split.insert(SplitState::new(plan, task, split_id, &mut writer)),
                     };
+                    if let Some(error) = skipped {
+                        tracing::warn!(
+                            epoch = task.epoch,
+                            split = split_id,
+                            "skipped an element (spec.errors.policy: skip): {error}"
+                        );
+                        if state.writing && record.is_none() {
+                            // The entry would lack the element, and the elements after it would
+                            // sit at the wrong indices: it is not written (the split is still
+                            // delivered).
+                            state.writing = false;
+                            state.unwritten = Some(format!(
+                                "an element was skipped before the cache cut, so split {split_id}'s entry \
+                                 was not written: {error}"
+                            ));
+                        }
+                        state.skipped.add(error);
+                    }
                     if state.writing
                         && let Some(record) = record
                     {
@@ -266,11 +291,15 @@ fn assemble(
                     }
                 }
                 Done::SplitEnd { task, split_id, read, .. } => {
-                    let state = match split.take() {
+                    let mut state = match split.take() {
                         Some(state) => state,
                         None => SplitState::new(plan, task, split_id, &mut writer),
                     };
-                    let cache = if state.writing { writer.end(read) } else { CacheOutcome::from_read(read) };
+                    let mut cache =
+                        if state.writing { writer.end(read) } else { CacheOutcome::from_read(read) };
+                    if let Some(why) = state.unwritten.take() {
+                        cache.problem = Some(why);
+                    }
                     if !state.finish(plan, out, budget, times, cache)? {
                         return Ok(());
                     }

@@ -32,6 +32,9 @@ struct Progress {
     record: Option<Vec<u8>>,
     /// Still in the group: no filter has dropped it.
     kept: bool,
+    /// The error of an element-wise stage that failed on it, when it is skipped
+    /// (`spec.errors.policy: skip`): it leaves the group as a dropped member does.
+    skipped: Option<String>,
 }
 
 /// Runs every stage over `members` (consecutive elements of one split, each from its own start
@@ -53,6 +56,7 @@ pub(super) fn run(
             cut: super::write_cut(plan, task, m.start),
             record: None,
             kept: true,
+            skipped: None,
         })
         .collect();
     let grouped: Vec<usize> =
@@ -60,7 +64,7 @@ pub(super) fn run(
     for &b in &grouped {
         for (member, p) in members.iter_mut().zip(&mut progress) {
             if p.kept && p.at <= b {
-                advance(plan, member, p, b, times)?;
+                advance_or_skip(plan, member, p, b, times)?;
             }
         }
         let takers: Vec<usize> =
@@ -107,13 +111,17 @@ pub(super) fn run(
     }
     for (member, p) in members.iter_mut().zip(&mut progress) {
         if p.kept {
-            advance(plan, member, p, n, times)?;
+            advance_or_skip(plan, member, p, n, times)?;
         }
         times.elements.fetch_add(1, Ordering::Relaxed);
     }
     Ok(progress
         .into_iter()
-        .map(|p| Ran { fate: if p.kept { Fate::Keep } else { Fate::Drop }, record: p.record })
+        .map(|p| Ran {
+            fate: if p.kept { Fate::Keep } else { Fate::Drop },
+            record: p.record,
+            skipped: p.skipped,
+        })
         .collect())
 }
 
@@ -165,6 +173,25 @@ fn gather(
         progress[i].kept &= fate == Fate::Keep;
     }
     Ok(())
+}
+
+/// [`advance`]; under `spec.errors.policy: skip`, a stage failing on the member takes it out of
+/// the group, skipped, instead of failing the group.
+fn advance_or_skip(
+    plan: &Plan,
+    member: &mut Member,
+    p: &mut Progress,
+    to: usize,
+    times: &StageTimes,
+) -> Result<(), ExecError> {
+    match advance(plan, member, p, to, times) {
+        Err(error @ ExecError::Op { .. }) if plan.skip_errors => {
+            p.kept = false;
+            p.skipped = Some(error.to_string());
+            Ok(())
+        }
+        result => result,
+    }
 }
 
 /// Applies the element-wise stages from `p.at` up to `to`, taking the cache record on the way;

@@ -18,6 +18,11 @@
 //! Whether an element is dropped depends only on the element and its own seeded stream, so this
 //! too is the same for any thread count and on a re-run.
 //!
+//! With `spec.errors.policy: skip` ([`Plan::skip_errors`]), an element a stage fails on is
+//! dropped the same way and counted ([`Skips`]): the split completes with the elements that
+//! remain, and its count is learnt like a filter's. Only stage failures on one element are
+//! skipped; a failure reading the source, or of a stage on a whole group, still fails the split.
+//!
 //! `text.pack` regroups a split's documents into rows: compute threads run the stages before it,
 //! and the assembler packs the split's elements in their restored order and runs the stages
 //! after it on the rows, before the shuffle ([`pack`]).
@@ -72,6 +77,9 @@ pub struct Plan {
     pub spec_stages: usize,
     /// The cache store and the cuts whose entries tasks may write or read.
     pub cache: Option<Arc<EngineCache>>,
+    /// `spec.errors.policy: skip`: an element a stage fails on is dropped and counted instead of
+    /// failing its split.
+    pub skip_errors: bool,
 }
 
 impl Plan {
@@ -176,7 +184,28 @@ pub enum Output {
         elements: u64,
         /// What the cache did for it.
         cache: CacheOutcome,
+        /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
+        skipped: Skips,
     },
+}
+
+/// The elements of one split that a stage failed on and that were dropped
+/// (`spec.errors.policy: skip`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skips {
+    /// How many.
+    pub elements: u64,
+    /// The first one's error, naming the element's key and the stage.
+    pub first: Option<String>,
+}
+
+impl Skips {
+    fn add(&mut self, error: String) {
+        self.elements += 1;
+        if self.first.is_none() {
+            self.first = Some(error);
+        }
+    }
 }
 
 /// A failure while running.
@@ -252,12 +281,15 @@ enum Done {
         permit: Permit,
     },
     /// An element a filter dropped: only its place in the order, and its cache record when the
-    /// task writes one (the cut lies before any filter, so the entry holds every element).
+    /// task writes one (the cut lies before any filter, so the entry holds every element). An
+    /// element a stage failed on under `policy: skip` is dropped too, with its error, and has no
+    /// record when it failed before the cut.
     Dropped {
         seq: u64,
         task: Task,
         split_id: u64,
         record: Option<Vec<u8>>,
+        skipped: Option<String>,
     },
     SplitEnd {
         seq: u64,
@@ -285,17 +317,17 @@ impl Done {
     /// kept (its permit resized to what it holds now); when it was dropped, its place in the
     /// order only, its permit released here.
     fn of(seq: u64, task: Task, split_id: u64, element: Element, ran: Ran, mut permit: Permit) -> Done {
-        let Ran { fate, record } = ran;
+        let Ran { fate, record, skipped } = ran;
         match fate {
-            Fate::Keep => {
+            Fate::Keep if skipped.is_none() => {
                 permit.resize(element.nbytes());
                 Done::Element { seq, task, split_id, element, record, permit }
             }
-            Fate::Drop => {
+            _ => {
                 // The budget gets the element's bytes back now, not when the assembler reaches it.
                 drop(permit);
                 drop(element);
-                Done::Dropped { seq, task, split_id, record }
+                Done::Dropped { seq, task, split_id, record, skipped }
             }
         }
     }
@@ -307,6 +339,18 @@ struct Ran {
     fate: Fate,
     /// Its record at the cache cut, when the task writes the cache.
     record: Option<Vec<u8>>,
+    /// The error of a stage that failed on it, when it is skipped (`spec.errors.policy: skip`).
+    skipped: Option<String>,
+}
+
+impl Ran {
+    /// A stage failed on the element: skipped under `policy: skip`, else the split fails.
+    fn failed(plan: &Plan, error: ExecError, record: Option<Vec<u8>>) -> Result<Ran, ExecError> {
+        if !plan.skip_errors || !matches!(error, ExecError::Op { .. }) {
+            return Err(error);
+        }
+        Ok(Ran { fate: Fate::Drop, record, skipped: Some(error.to_string()) })
+    }
 }
 
 /// Compute time per stage, summed over elements since the execution started.
@@ -576,17 +620,27 @@ fn run_element(
 ) -> Result<Ran, ExecError> {
     let n = plan.element_stages();
     let ran = match write_cut(plan, task, start) {
-        None => Ran { fate: apply(plan, start.min(n)..n, element, rng, times)?, record: None },
+        None => match apply(plan, start.min(n)..n, element, rng, times) {
+            Ok(fate) => Ran { fate, record: None, skipped: None },
+            Err(error) => Ran::failed(plan, error, None)?,
+        },
         Some(j) => {
             // Cuts lie in the deterministic prefix, which ends before the first filter: every
             // element reaches its cut. (One dropped before it would leave the entry short, and a
-            // short entry is recomputed rather than read.)
-            let mut fate = apply(plan, 0..j, element, rng, times)?;
+            // short entry is recomputed rather than read.) One skipped before it stops the
+            // split's entry from being written (see the assembler).
+            let mut fate = match apply(plan, 0..j, element, rng, times) {
+                Ok(fate) => fate,
+                Err(error) => return Ran::failed(plan, error, None),
+            };
             let record = (fate == Fate::Keep).then(|| record::to_bytes(element));
             if fate == Fate::Keep {
-                fate = apply(plan, j..n, element, rng, times)?;
+                fate = match apply(plan, j..n, element, rng, times) {
+                    Ok(fate) => fate,
+                    Err(error) => return Ran::failed(plan, error, record),
+                };
             }
-            Ran { fate, record }
+            Ran { fate, record, skipped: None }
         }
     };
     times.elements.fetch_add(1, Ordering::Relaxed);

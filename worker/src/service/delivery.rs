@@ -11,6 +11,7 @@ use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
 use crate::batch::Batch;
 use crate::cache::CacheOutcome;
+use crate::executor::Skips;
 use granary_proto::v1::{self as pb, Lease, Normalize, SplitEnd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +31,8 @@ pub enum Event {
         delivered: Delivered,
         /// What the cache did for the split.
         cache: pb::CacheOutcome,
+        /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
+        skipped: Skips,
     },
     /// A split whose output count was unknown when leased was computed and is held: report its
     /// count, and deliver it by the parts the dispatcher answers with.
@@ -125,7 +128,14 @@ impl Delivery {
     }
 
     /// The split of `job` is complete: send what is left, then its ends, and report it.
-    pub(crate) fn finish(&self, job: Job, mut router: SplitRouter, elements: u64, cache: CacheOutcome) {
+    pub(crate) fn finish(
+        &self,
+        job: Job,
+        mut router: SplitRouter,
+        elements: u64,
+        cache: CacheOutcome,
+        skipped: Skips,
+    ) {
         let lease = &job.lease;
         if job.revoked.load(Ordering::Acquire) {
             let _ = self.sinks.events.send(Event::Abandoned { lease_id: lease.lease_id });
@@ -170,6 +180,7 @@ impl Delivery {
         counters.cache_bytes_read.fetch_add(cache.bytes_read, Ordering::Relaxed);
         counters.cache_bytes_written.fetch_add(cache.bytes_written, Ordering::Relaxed);
         counters.cache_recomputed.fetch_add(cache.recomputed, Ordering::Relaxed);
+        counters.skipped.fetch_add(skipped.elements, Ordering::Relaxed);
         if cache.bad || cache.recomputed > 0 {
             counters.cache_fallback_splits.fetch_add(1, Ordering::Relaxed);
         }
@@ -181,8 +192,8 @@ impl Delivery {
             problem: cache.problem.unwrap_or_default(),
             recomputed: cache.recomputed,
         };
-        let _ =
-            self.sinks.events.send(Event::Produced { lease_id: lease.lease_id, elements, delivered, cache });
+        let produced = Event::Produced { lease_id: lease.lease_id, elements, delivered, cache, skipped };
+        let _ = self.sinks.events.send(produced);
     }
 }
 
@@ -199,6 +210,7 @@ pub struct CountedSplit {
     batches: Vec<(u64, Batch)>,
     elements: u64,
     cache: CacheOutcome,
+    skipped: Skips,
     delivery: Arc<Delivery>,
 }
 
@@ -219,9 +231,10 @@ impl CountedSplit {
         batches: Vec<(u64, Batch)>,
         elements: u64,
         cache: CacheOutcome,
+        skipped: Skips,
         delivery: Arc<Delivery>,
     ) -> CountedSplit {
-        CountedSplit { job, batches, elements, cache, delivery }
+        CountedSplit { job, batches, elements, cache, skipped, delivery }
     }
 
     /// The lease.
@@ -242,7 +255,7 @@ impl CountedSplit {
     /// Routes the held batches by `parts` and delivers the split. Blocks while consumer queues
     /// are full: run it on a blocking thread.
     pub fn deliver(self, parts: Vec<pb::Part>) {
-        let CountedSplit { mut job, batches, elements, cache, delivery } = self;
+        let CountedSplit { mut job, batches, elements, cache, skipped, delivery } = self;
         job.lease.parts = parts;
         let mut router = SplitRouter::new(&job.lease, delivery.batch_size);
         for (sequence, batch) in batches {
@@ -253,7 +266,7 @@ impl CountedSplit {
                 delivery.push(&job, routed);
             }
         }
-        delivery.finish(job, router, elements, cache);
+        delivery.finish(job, router, elements, cache, skipped);
     }
 
     /// Gives up on the split (its lease is gone): reports it abandoned.

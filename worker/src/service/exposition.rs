@@ -32,6 +32,8 @@ pub struct Totals {
     pub cache_fallbacks: u64,
     /// Elements computed after a failed cache read.
     pub cache_recomputed: u64,
+    /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
+    pub skipped: u64,
     /// CPU seconds the process and its Python stage runners used.
     pub cpu_seconds: f64,
     /// Per stage, compute time and elements.
@@ -52,6 +54,7 @@ pub struct Exposition {
     cache_written: IntCounterVec,
     cache_fallbacks: IntCounterVec,
     cache_recomputed: IntCounterVec,
+    skipped: IntCounterVec,
     cpu: CounterVec,
     stage_seconds: CounterVec,
     stage_elements: IntCounterVec,
@@ -102,6 +105,11 @@ impl Exposition {
             "granary_worker_cache_recomputed_elements_total",
             "Elements computed from the source after a cache read failed.",
         )?;
+        let skipped = counter(
+            "granary_worker_elements_skipped_total",
+            "Elements a stage failed on (an undecodable image, a transform that rejected it) that were \
+             dropped under spec.errors.policy skip; each split produced again counts its skips again.",
+        )?;
         let stage_elements = IntCounterVec::new(
             Opts::new("granary_worker_stage_elements_total", "Elements each stage computed."),
             &STAGE_LABELS,
@@ -147,6 +155,7 @@ impl Exposition {
             cache_written,
             cache_fallbacks,
             cache_recomputed,
+            skipped,
             cpu,
             stage_seconds,
             stage_elements,
@@ -199,6 +208,7 @@ impl Exposition {
         set(&self.cache_written, totals.cache_written);
         set(&self.cache_fallbacks, totals.cache_fallbacks);
         set(&self.cache_recomputed, totals.cache_recomputed);
+        set(&self.skipped, totals.skipped);
         raise(&self.cpu.with_label_values(&labels), totals.cpu_seconds);
         for stage in &totals.stages {
             let stage_labels = [labels[0], labels[1], labels[2], stage.stage.as_str()];
@@ -249,6 +259,7 @@ mod tests {
             cache_read: 4096,
             cache_fallbacks: 1,
             cache_recomputed: 7,
+            skipped: 2,
             cpu_seconds: 2.5,
             stages,
             ..Totals::default()
@@ -273,6 +284,7 @@ mod tests {
             format!("granary_worker_cache_written_bytes_total{{{l}}} 0"),
             format!("granary_worker_cache_fallback_splits_total{{{l}}} 1"),
             format!("granary_worker_cache_recomputed_elements_total{{{l}}} 7"),
+            format!("granary_worker_elements_skipped_total{{{l}}} 2"),
             format!("granary_worker_split_seconds_bucket{{{l},le=\"0.5\"}} 1"),
             format!("granary_worker_split_seconds_count{{{l}}} 1"),
         ] {

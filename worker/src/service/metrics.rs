@@ -21,6 +21,8 @@ pub struct Counters {
     pub cache_recomputed: AtomicU64,
     /// Splits whose cache read failed (a bad entry, or the store) and were recomputed.
     pub cache_fallback_splits: AtomicU64,
+    /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
+    pub skipped: AtomicU64,
 }
 
 /// One engine's stage timers.

@@ -316,7 +316,7 @@ impl Runner {
                         }
                     }
                 }
-                Ok(Output::SplitDone { task, elements, cache }) => {
+                Ok(Output::SplitDone { task, elements, cache, skipped }) => {
                     let Some((job, route)) = current.take().or_else(|| self.next_job(jobs)) else {
                         return self.fail(None, jobs, "a split ended in the engine with no lease for it");
                     };
@@ -328,10 +328,10 @@ impl Runner {
                         );
                     }
                     match route {
-                        Route::Now(router) => self.delivery.finish(job, router, elements, cache),
+                        Route::Now(router) => self.delivery.finish(job, router, elements, cache, skipped),
                         Route::Held(batches) => {
                             let delivery = Arc::clone(&self.delivery);
-                            let counted = CountedSplit::new(job, batches, elements, cache, delivery);
+                            let counted = CountedSplit::new(job, batches, elements, cache, skipped, delivery);
                             let _ = self.delivery.sinks.events.send(Event::Counted(counted));
                         }
                     }
