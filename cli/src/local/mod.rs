@@ -113,9 +113,13 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
         };
         let scaling = local.scaling().map(|s| s.report());
         let cache = settled_cache_report(&local).await;
+        let skipped = match manifest.pipeline.spec.skips_elements() {
+            true => Some(settled_skips(&local).await),
+            false => None,
+        };
         // The only consumer is done: there is nothing left worth draining for.
         local.stop(END_OF_RUN_GRACE).await;
-        result.map(|summary| RunSummary { scaling, ..summary }.with_cache(cache))
+        result.map(|summary| RunSummary { scaling, ..summary }.with_cache(cache).with_skipped(skipped))
     })
 }
 
@@ -135,6 +139,24 @@ async fn settled_cache_report(local: &service::LocalService) -> Option<granary_d
         };
         if report.as_ref().is_none_or(counted) || tokio::time::Instant::now() >= deadline {
             return report;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Elements skipped (`spec.errors.policy: skip`) once the dispatcher has heard of every split's
+/// completion: as for [`settled_cache_report`], the last ones may arrive just after the consumer
+/// is done. Waits at most a second.
+async fn settled_skips(local: &service::LocalService) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let completed = local.dispatcher.split_counts(&local.pipeline).completed;
+        let all = local
+            .dispatcher
+            .shape(&local.pipeline)
+            .is_none_or(|(splits, epochs)| completed >= splits.saturating_mul(u64::from(epochs)));
+        if all || tokio::time::Instant::now() >= deadline {
+            return local.dispatcher.skipped(&local.pipeline);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

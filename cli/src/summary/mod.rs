@@ -71,6 +71,10 @@ pub struct RunSummary {
     /// batches (see [`padding`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub padding_fraction: Option<f64>,
+    /// With `spec.errors.policy: skip`: elements a stage failed on that were dropped, as the
+    /// dispatcher counted them (once per split and epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_elements: Option<u64>,
 }
 
 impl EpochSummary {
@@ -107,6 +111,7 @@ impl RunSummary {
             scaling: None,
             cache: None,
             padding_fraction: None,
+            skipped_elements: None,
         }
     }
 
@@ -122,6 +127,13 @@ impl RunSummary {
             }
         }
         self.cache = Some(report);
+        self
+    }
+
+    /// Adds the elements skipped under `spec.errors.policy: skip` (`None` when the pipeline does
+    /// not skip).
+    pub fn with_skipped(mut self, skipped: Option<u64>) -> RunSummary {
+        self.skipped_elements = skipped;
         self
     }
 
@@ -173,6 +185,11 @@ pub fn print_summary(s: &RunSummary) {
             e.batches,
             e.seconds,
             e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
+        );
+    }
+    if let Some(skipped) = s.skipped_elements {
+        println!(
+            "  skipped: {skipped} elements a stage failed on (spec.errors.policy: skip; see the workers' logs)"
         );
     }
     if let Some(decision) = s.cache.as_ref().and_then(|c| c.decision.as_ref()) {
