@@ -1,0 +1,303 @@
+//! 1,000 bogus clients against real processes on 127.0.0.1: a dispatcher (`granary run --serve
+//! --workers 0`), one worker process (`granary worker`) and a legitimate trainer process. The
+//! trainer's quiet throughput is measured first; then, for 60 s, each bogus client (a task of
+//! this test, with connections of its own to the dispatcher and to the worker) registers jobs
+//! with random names (some over the name limit), heartbeats its sessions, and keeps idle
+//! `StreamBatches` streams open that it never reads, while the trainer reads on.
+//!
+//! Acceptance (the robustness issue's "bogus clients"):
+//! - the dispatcher's and the worker's peak RSS (`VmHWM` of `/proc/<pid>/status`) stay under
+//!   [`RSS_BOUND`];
+//! - the trainer keeps at least [`THROUGHPUT_RATIO`] of its quiet throughput under attack.
+//!
+//! The throughput ratio is the issue's acceptance criterion, not a measure of code speed: the
+//! bogus clients share this machine's cores with the trainer's pipeline, so it checks that the
+//! servers neither stall nor starve the trainer while they refuse and bound the bogus load. The
+//! measured figures are printed.
+
+use granary_e2e::*;
+use granary_proto::v1 as pb;
+use granary_proto::v1::dispatcher_client::DispatcherClient;
+use granary_proto::v1::worker_client::WorkerClient;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+/// Bogus clients, each with a connection of its own to the dispatcher and to the worker.
+const BOGUS: usize = 1_000;
+/// How long the attack lasts.
+const ATTACK: Duration = Duration::from_secs(60);
+/// How long the bogus clients take to connect, all of them (they start staggered).
+const RAMP: Duration = Duration::from_secs(8);
+/// Batches the trainer's quiet throughput is measured over (after [`WARMUP`] batches).
+const QUIET_BATCHES: usize = 300;
+/// Batches read before measuring: the worker's pipeline and the trainer's streams are warm.
+const WARMUP: usize = 40;
+/// Elements per batch of the dataset.
+const BATCH: usize = 8;
+/// The bound on each server's peak resident memory. Measured on a 2-core machine under this
+/// attack: the dispatcher peaked at 79 MiB (1,000 HTTP/2 connections' buffers, 1,024 jobs) and
+/// the worker at 68 MiB (figures printed by the test); 256 MiB leaves room for allocator and
+/// thread-count differences while still failing on state that grows with the bogus load (about
+/// 10,000 job registrations and 11,000 streams a minute here).
+const RSS_BOUND: u64 = 256 << 20;
+/// The share of its quiet throughput the trainer keeps under attack.
+const THROUGHPUT_RATIO: f64 = 0.8;
+
+/// Peak and current resident memory of process `pid`, in bytes (`VmHWM`, `VmRSS`).
+fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb << 10)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
+}
+
+/// Reads `batches` more batches of the trainer; returns the elements per second over them,
+/// timed from the arrival of the batch before them to that of the last.
+fn throughput(trainer: &mut Consumer, batches: usize) -> f64 {
+    trainer.collect(trainer.seen.len() + 1, Duration::from_secs(30));
+    let start = Instant::now();
+    let first = trainer.seen.len();
+    let target = first + batches;
+    // Bounded: one collect per batch, each within 30 s.
+    for _ in 0..batches {
+        trainer.collect(trainer.seen.len() + 1, Duration::from_secs(30));
+    }
+    assert_eq!(trainer.seen.len(), target, "the trainer stalled");
+    let elements: usize = trainer.seen[first..].iter().map(|s| s.keys.len()).sum();
+    elements as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Collects the trainer's batches as they come until `until`.
+fn read_until(trainer: &mut Consumer, until: Instant) {
+    // Bounded: each collect waits at most the time left.
+    while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        trainer.collect(trainer.seen.len() + 1, left);
+    }
+}
+
+/// A small deterministic generator (xorshift64*), for names and jitter.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A random job name: mostly short, one in eight over the 253-byte limit.
+    fn job(&mut self) -> String {
+        let len = if self.next().is_multiple_of(8) { 300 } else { 8 + (self.next() % 48) as usize };
+        let mut name = String::with_capacity(len);
+        while name.len() < len {
+            name.push_str(&format!("{:016x}", self.next()));
+        }
+        name.truncate(len);
+        name
+    }
+
+    fn jitter(&mut self, around: Duration) -> Duration {
+        let ms = around.as_millis() as u64;
+        Duration::from_millis(ms / 2 + self.next() % ms.max(1))
+    }
+}
+
+/// Answers the bogus clients got, by call and status code.
+#[derive(Default)]
+struct Tally(BTreeMap<String, u64>);
+
+impl Tally {
+    fn count<T>(tally: &Mutex<Tally>, call: &str, result: &Result<T, tonic::Status>) {
+        let code = match result {
+            Ok(_) => Code::Ok,
+            Err(status) => status.code(),
+        };
+        let mut t = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *t.0.entry(format!("{call} {code:?}")).or_default() += 1;
+    }
+}
+
+async fn connect(address: &str) -> Option<Channel> {
+    Endpoint::from_shared(format!("http://{address}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .ok()
+}
+
+/// One bogus client until `end`: joins random jobs, heartbeats its sessions about every second,
+/// keeps at most two idle streams open on the worker, and never reads them.
+async fn bogus(i: usize, dispatcher: String, worker: String, end: Instant, tally: Arc<Mutex<Tally>>) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
+    tokio::time::sleep(RAMP.mul_f64(i as f64 / BOGUS as f64)).await;
+    let (Some(d), Some(w)) = (connect(&dispatcher).await, connect(&worker).await) else {
+        Tally::count::<()>(&tally, "connect", &Err(tonic::Status::unavailable("no connection")));
+        return;
+    };
+    let mut rpc = DispatcherClient::new(d);
+    let mut streams = WorkerClient::new(w);
+    let mut sessions: Vec<pb::RegisterClientResponse> = Vec::new();
+    let mut idle: Vec<tonic::Streaming<pb::StreamMessage>> = Vec::new();
+    // Bounded: one round a second or so, for a minute.
+    for round in 0..200u32 {
+        if Instant::now() >= end {
+            break;
+        }
+        if round.is_multiple_of(5) {
+            let job = rng.job();
+            let req = pb::RegisterClientRequest {
+                pipeline: "e2e".into(),
+                job: job.clone(),
+                num_consumers: 1 + (rng.next() % 4) as u32,
+                ..Default::default()
+            };
+            let joined = rpc.register_client(req).await;
+            Tally::count(&tally, "RegisterClient", &joined);
+            if let Ok(joined) = joined {
+                sessions.push(joined.into_inner());
+                if sessions.len() > 2 {
+                    sessions.remove(0);
+                }
+            }
+            let req = pb::StreamBatchesRequest {
+                pipeline: "e2e".into(),
+                job,
+                consumer_index: 0,
+                client_id: format!("bogus-{i}"),
+                capability: String::new(),
+            };
+            let opened = streams.stream_batches(req).await;
+            Tally::count(&tally, "StreamBatches", &opened);
+            if let Ok(stream) = opened {
+                idle.push(stream.into_inner());
+                if idle.len() > 2 {
+                    idle.remove(0);
+                }
+            }
+        }
+        for s in &sessions {
+            let req = pb::ClientHeartbeatRequest {
+                client_id: s.client_id.clone(),
+                pipeline: "e2e".into(),
+                job: s.job.clone(),
+                consumer_index: s.consumer_index,
+                ..Default::default()
+            };
+            let beat = rpc.client_heartbeat(req).await;
+            Tally::count(&tally, "ClientHeartbeat", &beat);
+        }
+        // A heartbeat for a session that does not exist.
+        let req = pb::ClientHeartbeatRequest {
+            client_id: format!("client-{:x}", rng.next()),
+            pipeline: "e2e".into(),
+            job: rng.job(),
+            ..Default::default()
+        };
+        let beat = rpc.client_heartbeat(req).await;
+        Tally::count(&tally, "ClientHeartbeat (no session)", &beat);
+        tokio::time::sleep(rng.jitter(Duration::from_secs(1))).await;
+    }
+    drop(idle);
+}
+
+#[test]
+#[ignore = "fails today: the trainer reads nothing under attack. The dispatcher leases splits \
+            round-robin over every job, and the bogus jobs (consumers that heartbeat but never \
+            read) get their turns: the worker computes their splits and its producer waits on \
+            their full queues. Leasing must follow what each job's consumers drain first."]
+fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
+    // 64 images in splits of 8, batches of 8, epochs enough to read through the whole test.
+    let data = dataset(64, BATCH as u32, 8, 2_000);
+    let d = start_dispatcher(&data.manifest, "127.0.0.1:0", &data.dir.path().join("journal"));
+    let worker = start_worker(&d.address);
+    let mut trainer = start_consumer(&d.address, &[]);
+    trainer.collect(WARMUP, Duration::from_secs(60));
+    assert_eq!(trainer.seen.len(), WARMUP, "the trainer reads");
+    let quiet = throughput(&mut trainer, QUIET_BATCHES);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let worker_address = runtime.block_on(async {
+        let mut rpc = DispatcherClient::new(connect(&d.address).await.expect("the dispatcher"));
+        let listed = rpc.list_workers(pb::ListWorkersRequest { pipeline: "e2e".into() }).await;
+        let workers = listed.expect("ListWorkers").into_inner().workers;
+        workers.first().expect("a registered worker").address.clone()
+    });
+    let worker_pid = worker.child.id();
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let start = Instant::now();
+    let end = start + ATTACK;
+    let attack: Vec<_> = (0..BOGUS)
+        .map(|i| {
+            let (dispatcher, worker, tally) = (d.address.clone(), worker_address.clone(), Arc::clone(&tally));
+            runtime.spawn(bogus(i, dispatcher, worker, end, tally))
+        })
+        .collect();
+    // The trainer reads through the attack: measured once every bogus client is connected and
+    // streaming, until the attack ends.
+    read_until(&mut trainer, start + RAMP + Duration::from_secs(2));
+    let from = trainer.seen.len();
+    let measured = Instant::now();
+    read_until(&mut trainer, end);
+    let elements: usize = trainer.seen[from..].iter().map(|s| s.keys.len()).sum();
+    let attacked = elements as f64 / measured.elapsed().as_secs_f64();
+    runtime.block_on(async {
+        for task in attack {
+            tokio::time::timeout(Duration::from_secs(20), task).await.expect("bogus clients end").ok();
+        }
+    });
+    let (dispatcher_peak, dispatcher_now) = memory(d.proc.child.id());
+    let (worker_peak, worker_now) = memory(worker_pid);
+    let ratio = attacked / quiet;
+    println!(
+        "bogus clients: {BOGUS} for {} s; trainer {quiet:.0} elements/s quiet ({QUIET_BATCHES} batches), \
+         {attacked:.0} elements/s under attack ({} batches), ratio {ratio:.2}",
+        ATTACK.as_secs(),
+        trainer.seen.len() - from
+    );
+    println!(
+        "peak RSS: dispatcher {:.1} MiB (now {:.1}), worker {:.1} MiB (now {:.1}); bound {:.0} MiB",
+        mib(dispatcher_peak),
+        mib(dispatcher_now),
+        mib(worker_peak),
+        mib(worker_now),
+        mib(RSS_BOUND)
+    );
+    let tally = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (answer, n) in &tally.0 {
+        println!("  {answer}: {n}");
+    }
+    assert!(dispatcher_peak > 0 && worker_peak > 0, "the servers' memory was read");
+    assert!(dispatcher_peak < RSS_BOUND, "dispatcher peak RSS {:.1} MiB", mib(dispatcher_peak));
+    assert!(worker_peak < RSS_BOUND, "worker peak RSS {:.1} MiB", mib(worker_peak));
+    assert!(
+        ratio >= THROUGHPUT_RATIO,
+        "the trainer read {attacked:.0} elements/s under attack, {ratio:.2} of its quiet {quiet:.0}"
+    );
+    // The bogus load was served and refused, not dropped: joins past the caps were refused by
+    // name, never with an internal error.
+    let count = |key: &str| tally.0.get(key).copied().unwrap_or(0);
+    assert!(count("RegisterClient Ok") > 0 && count("StreamBatches Ok") >= BOGUS as u64 / 2);
+    assert!(count("RegisterClient InvalidArgument") > 0, "over-long job names are refused");
+    assert!(tally.0.keys().all(|k| !k.ends_with("Internal") && !k.ends_with("Unknown")), "{:?}", tally.0);
+}
