@@ -54,6 +54,43 @@ pub use writer::{CHUNK_MAX_RAW_BYTES, CHUNK_MAX_RECORDS, SplitWriter};
 /// Version of the entry format; part of every fingerprint, manifest and entry info.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// The parsers of what a cache store holds, for the fuzz targets (the `granary-fuzz` crate):
+/// not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{ChunkMeta, Fingerprint, SplitManifest, chunk};
+    use bytes::Bytes;
+
+    /// Parses and checks a split manifest read from `fp`'s split `split`, as a reader does.
+    pub fn parse_split_manifest(bytes: &[u8], fp: &Fingerprint, split: u64) -> Result<SplitManifest, String> {
+        SplitManifest::parse_checked(bytes, fp, split)
+    }
+
+    /// Decodes a chunk object against its manifest entry, as a reader does.
+    pub fn decode_chunk(object: Bytes, meta: &ChunkMeta) -> Result<Vec<Bytes>, String> {
+        chunk::decode(object, meta)
+    }
+
+    /// Encodes `records` as a chunk object, as a writer does: the object and its manifest
+    /// entry (named `object`, starting at element 0).
+    pub fn encode_chunk(records: &[&[u8]]) -> Result<(Bytes, ChunkMeta), String> {
+        let mut buffer = chunk::ChunkBuffer::default();
+        for record in records {
+            buffer.push(record)?;
+        }
+        let encoded = buffer.take_encoded()?;
+        let meta = ChunkMeta {
+            object: "object".into(),
+            first: 0,
+            elements: u64::from(encoded.records),
+            stored_bytes: encoded.bytes.len() as u64,
+            raw_bytes: u64::from(encoded.raw_len),
+            crc32: encoded.crc32,
+        };
+        Ok((Bytes::from(encoded.bytes), meta))
+    }
+}
+
 /// Concurrent requests for operations over many objects (reading manifests, listing entries).
 const CONCURRENCY: usize = 16;
 

@@ -1,0 +1,95 @@
+//! Image decoding: `image.decode`, the fused JPEG crop path, and TurboJPEG's windowed decode.
+
+use crate::input::Input;
+use granary_crds::{OpConfig, StageSpec};
+use granary_worker::element::{Element, Value};
+use granary_worker::ops::Operator;
+use granary_worker::ops::image::decode::{DecodeOp, decode_rgb8};
+use granary_worker::ops::image::fused::{FusedCropOp, ImagePath};
+use granary_worker::ops::image::jpeg::{JpegInfo, Window, with_decoder};
+use granary_worker::seed::SeededRng;
+use std::sync::OnceLock;
+
+/// Bytes of parameters before the image.
+pub const PARAMS: usize = 10;
+
+/// Largest window the target asks `decode_window` for, in pixels: larger ones are within the
+/// limits but only cost time.
+const MAX_WINDOW_PIXELS: usize = 1 << 22;
+
+/// `image.decode → random_resized_crop → flip → normalize`, fused (the JPEG fast path).
+fn fused() -> &'static FusedCropOp {
+    static OP: OnceLock<FusedCropOp> = OnceLock::new();
+    OP.get_or_init(|| {
+        let stages: Vec<StageSpec> = match serde_json::from_str(
+            r#"[{"op": "image.decode"}, {"op": "image.random_resized_crop", "size": 16},
+                {"op": "image.flip"}, {"op": "image.normalize"}]"#,
+        ) {
+            Ok(stages) => stages,
+            Err(e) => panic!("the fuzz target's stages do not parse: {e}"),
+        };
+        let configs: Vec<OpConfig> = stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match OpConfig::parse(s, &format!("stages[{i}]")) {
+                Ok(c) => c,
+                Err(e) => panic!("the fuzz target's stage {i} is invalid: {e:?}"),
+            })
+            .collect();
+        match FusedCropOp::fuse(&configs, ImagePath::Fused) {
+            Some((op, _)) => op,
+            None => panic!("the fuzz target's stages do not fuse"),
+        }
+    })
+}
+
+/// Decodes the image after [`PARAMS`] bytes of parameters three ways: the `image.decode`
+/// operator; the fused crop operator (seeded by byte 0); and `TurboDecoder::decode_window` with
+/// a scale (byte 1), a window (bytes 2..10) and, when byte 1's high bit is set, a header that
+/// is not this image's (the image's with its width changed by byte 0). Every result must be an
+/// error or an image of the size asked for.
+pub fn image_decode(data: &[u8]) {
+    let mut input = Input::new(data);
+    let params = input.take(PARAMS);
+    let image = input.rest();
+    let param = |i: usize| params.get(i).copied().unwrap_or(0);
+    let word = |i: usize| usize::from(u16::from_le_bytes([param(i), param(i + 1)]));
+
+    if let Ok((height, width, pixels)) = decode_rgb8(image) {
+        assert_eq!(pixels.len(), height * width * 3, "decode_rgb8 of {width}×{height}");
+    }
+    let op = DecodeOp::new(&granary_crds::ops::image::Decode { field: "image".into() });
+    let mut element = Element::new("k");
+    element.set("image", Value::Bytes(bytes::Bytes::copy_from_slice(image)));
+    let mut rng = SeededRng::for_element(u64::from(param(0)), 0, 0, 0);
+    let _ = op.apply(&mut element, &mut rng);
+
+    let mut element = Element::new("k");
+    element.set("image", Value::Bytes(bytes::Bytes::copy_from_slice(image)));
+    if fused().run(&mut element, &mut rng).is_ok()
+        && let Some(Value::Tensor(t)) = element.get("image")
+    {
+        assert_eq!(t.shape.iter().product::<usize>(), 16 * 16 * 3, "fused output {:?}", t.shape);
+    }
+
+    let num = usize::from(param(1) & 0x0f);
+    let window = Window { left: word(2), top: word(4), width: word(6), height: word(8) };
+    if window.width.saturating_mul(window.height) > MAX_WINDOW_PIXELS {
+        return;
+    }
+    let _ = with_decoder(|decoder| {
+        let info = decoder.header(image)?;
+        let info = if param(1) & 0x80 != 0 {
+            JpegInfo { width: info.width ^ usize::from(param(0)), ..info }
+        } else {
+            info
+        };
+        let mut out = Vec::new();
+        decoder.decode_window(image, &info, num, window, &mut out)?;
+        assert!(
+            out.len() >= window.width * window.height * 3,
+            "decode_window wrote past its buffer's length"
+        );
+        Ok(())
+    });
+}
