@@ -12,6 +12,7 @@ use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore};
 use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::file::metadata::ParquetMetaData;
 use std::sync::Arc;
 use tokio::runtime::Handle;
 
@@ -50,6 +51,26 @@ pub(super) async fn splits(located: &Located, objects: Vec<ObjectMeta>) -> Resul
     Ok(splits)
 }
 
+/// Refuses a row group whose column chunks do not lie within the file: the footer is the file's
+/// own claim, and the parquet crate panics on a negative offset or length.
+fn check_row_group(metadata: &ParquetMetaData, row_group: usize, file_size: u64) -> Result<(), String> {
+    let Some(group) = metadata.row_groups().get(row_group) else {
+        return Err(format!("has no row group {row_group}; the file changed since it was listed"));
+    };
+    for (i, column) in group.columns().iter().enumerate() {
+        let start = column.dictionary_page_offset().unwrap_or(column.data_page_offset());
+        let len = column.compressed_size();
+        let end = u64::try_from(start).ok().zip(u64::try_from(len).ok()).and_then(|(s, l)| s.checked_add(l));
+        if end.is_none_or(|end| end > file_size) {
+            return Err(format!(
+                "row group {row_group}, column {i}: the footer puts its {len} bytes at offset {start}, \
+                 outside the {file_size}-byte file; the file is corrupt: rewrite it"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn read(
     store: &Arc<dyn ObjectStore>,
     root: &StorePath,
@@ -63,15 +84,11 @@ pub(super) fn read(
     let bad = |e: parquet::errors::ParquetError| {
         SourceError::data(location.clone(), format!("cannot read Parquet: {e}"))
     };
-    let mut stream = rt
-        .block_on(async {
-            ParquetRecordBatchStreamBuilder::new(reader(store, object))
-                .await?
-                .with_row_groups(vec![row_group])
-                .with_batch_size(ROWS_PER_BATCH)
-                .build()
-        })
-        .map_err(bad)?;
+    let builder = rt.block_on(ParquetRecordBatchStreamBuilder::new(reader(store, object))).map_err(bad)?;
+    check_row_group(builder.metadata(), row_group, object.size)
+        .map_err(|m| SourceError::data(location.clone(), m))?;
+    let mut stream =
+        builder.with_row_groups(vec![row_group]).with_batch_size(ROWS_PER_BATCH).build().map_err(bad)?;
     let file_key = relative_key(root, &object.location);
     let mut row = first_row;
     while let Some(batch) = rt.block_on(stream.next()) {
