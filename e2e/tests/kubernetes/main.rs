@@ -29,6 +29,7 @@
 //! workers on this host). Operator logs go to the test's stderr.
 
 mod identity;
+mod outage;
 mod python;
 mod running;
 mod secured;
@@ -142,6 +143,14 @@ async fn a_python_stage_from_a_config_map_runs_on_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_holding_the_pipelines_secret_consumes_and_others_are_refused() {
     run_test("secured", secured::secured).await;
+}
+
+/// kube-apiserver stopped for 30 s under a running pipeline: the trainer keeps receiving batches,
+/// and afterwards the operator converges (status, exactly one of each child object, a spec change
+/// reconciled). Runs alone (`.config/nextest.toml`): the outage would stall every other test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_keeps_trainers_fed_and_the_operator_converges() {
+    run_test("outage", outage::api_server_outage).await;
 }
 
 /// Without `patch` on `deployments/scale`, the failure is reported in status and an Event.
@@ -556,24 +565,40 @@ where
         eprintln!("the operator runs as ServiceAccount {}/{account} under the chart's RBAC", ns.name);
         let journal = dir.path().join("journal");
         std::fs::create_dir_all(&journal).context("the journal folder")?;
-        Operator::start(&binary, &operator_kubeconfig, &journal, &ns.name, &identity).await
+        Operator::start(&binary, &operator_kubeconfig, &journal, &ns.name, &identity, None).await
     };
     let outcome = match started.await {
         Ok(operator) => {
+            let launch = Launch {
+                binary: binary.clone(),
+                kubeconfig: operator_kubeconfig.clone(),
+                journal: dir.path().join("journal"),
+                ns: ns.name.clone(),
+                identity: identity.clone(),
+                listen: operator.listen.clone(),
+            };
+            let handle = OperatorHandle {
+                slot: std::sync::Arc::new(std::sync::Mutex::new(Some(operator))),
+                launch: std::sync::Arc::new(launch),
+            };
+            let operator =
+                handle.slot.lock().map(|o| o.as_ref().map(|o| (o.dispatcher.clone(), o.metrics.clone())));
+            let Ok(Some((dispatcher, metrics))) = operator else { panic!("{test}: the operator slot") };
             let cluster = Cluster {
                 client: client.clone(),
                 ns: ns.name.clone(),
                 identity,
-                dispatcher: operator.dispatcher.clone(),
-                metrics: operator.metrics.clone(),
+                dispatcher,
+                metrics,
                 version: operator_version(&client).await,
+                operator: handle.clone(),
             };
             let local = tokio::task::LocalSet::new();
             let task = local.spawn_local(body(cluster));
             let outcome = local.run_until(task).await;
             // While the operator still runs, so that it removes its finalizer.
             ns.release_pipelines().await;
-            drop(operator);
+            drop(handle.slot.lock().map(|mut o| o.take()));
             outcome
         }
         Err(e) => Ok(Err(e)),
@@ -790,7 +815,9 @@ impl TestNamespace {
 
 /// `granary operator` running as a child process of the test; killed on drop.
 struct Operator {
-    _proc: Proc,
+    proc: Proc,
+    /// The address given to `--dispatcher-listen`.
+    listen: String,
     /// Where its dispatcher listens.
     dispatcher: String,
     /// Where it serves `/metrics`, `/healthz` and `/readyz`.
@@ -800,19 +827,23 @@ struct Operator {
 impl Operator {
     /// Starts the operator on namespace `ns`, journaling in folder `journal`, and waits (up to 60 s) for the line
     /// `{"dispatcher": "...", "metrics": "..."}` it prints on stdout once it serves. Its other
-    /// stdout lines are copied to stderr; its stderr is the test's.
+    /// stdout lines are copied to stderr; its stderr is the test's. Its dispatcher listens on
+    /// `listen` when given (an operator started again keeps its address).
     async fn start(
         binary: &Path,
         kubeconfig: &Path,
         journal: &Path,
         ns: &str,
         identity: &str,
+        listen: Option<&str>,
     ) -> Result<Self> {
         let image = env_nonempty("GRANARY_E2E_IMAGE").unwrap_or_else(|| DEFAULT_IMAGE.to_string());
         // Workers run on this host (the test node agent runs pods as local processes), where the
         // in-cluster default address does not resolve: they dial the address the dispatcher
         // listens on.
-        let listen = env_nonempty("GRANARY_E2E_DISPATCHER_LISTEN")
+        let listen = listen
+            .map(str::to_string)
+            .or_else(|| env_nonempty("GRANARY_E2E_DISPATCHER_LISTEN"))
             .unwrap_or_else(|| format!("127.0.0.1:{}", granary_e2e::free_port()));
         let advertise = env_nonempty("GRANARY_E2E_DISPATCHER_ADVERTISE").unwrap_or_else(|| listen.clone());
         let mut command = Command::new(binary);
@@ -847,7 +878,7 @@ impl Operator {
                 Ok(Some(line)) => {
                     if let Some((dispatcher, metrics)) = parse_ready_line(&line) {
                         eprintln!("operator {identity}: dispatcher {dispatcher}, metrics {metrics}");
-                        return Ok(Self { _proc: proc, dispatcher, metrics });
+                        return Ok(Self { proc, listen, dispatcher, metrics });
                     }
                 }
                 Ok(None) => {
@@ -859,6 +890,46 @@ impl Operator {
                 ),
             }
         }
+    }
+}
+
+/// What starting the operator again takes.
+struct Launch {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    journal: PathBuf,
+    ns: String,
+    identity: String,
+    /// Its dispatcher's address, kept by a restart.
+    listen: String,
+}
+
+/// The test's operator process, which a scenario may find exited and start again, as Kubernetes
+/// restarts a pod whose process ended.
+#[derive(Clone)]
+struct OperatorHandle {
+    slot: std::sync::Arc<std::sync::Mutex<Option<Operator>>>,
+    launch: std::sync::Arc<Launch>,
+}
+
+impl OperatorHandle {
+    /// How the operator process ended, if it did.
+    fn exited(&self) -> Option<std::process::ExitStatus> {
+        let mut slot = self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.as_mut().and_then(|o| o.proc.child.try_wait().ok().flatten())
+    }
+
+    /// Starts the operator again with the same settings and dispatcher address, replacing the
+    /// ended process; returns its metrics address.
+    async fn restart(&self) -> Result<String> {
+        let l = &self.launch;
+        let fresh =
+            Operator::start(&l.binary, &l.kubeconfig, &l.journal, &l.ns, &l.identity, Some(&l.listen))
+                .await?;
+        let metrics = fresh.metrics.clone();
+        let mut slot = self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(fresh);
+        Ok(metrics)
     }
 }
 
@@ -924,6 +995,8 @@ struct Cluster {
     metrics: String,
     /// The API server's `(major, minor)` version.
     version: (u32, u32),
+    /// The operator process.
+    operator: OperatorHandle,
 }
 
 impl Cluster {
