@@ -184,6 +184,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
                 throughput: None,
                 trainer_wait_fraction: None,
                 failure: None,
+                skipped_elements: 0,
                 scaling: None,
                 cache: status::cache_status(ctx.dispatcher.cache_report(&key).as_ref()),
             };
@@ -274,6 +275,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
         throughput,
         trainer_wait_fraction: wait,
         failure: if registered { ctx.dispatcher.failure(&key) } else { None },
+        skipped_elements: if registered { ctx.dispatcher.skipped(&key) } else { 0 },
         scaling,
         cache: status::cache_status(cache.as_ref()),
     };

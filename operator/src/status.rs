@@ -36,8 +36,11 @@ pub struct Observed {
     pub throughput: Option<f64>,
     /// Share of trainer time spent waiting.
     pub trainer_wait_fraction: Option<f64>,
-    /// Why the pipeline stopped (the source changed under a running plan).
+    /// Why the pipeline stopped (the source changed under a running plan, a split failed on
+    /// every attempt, more elements were skipped than `spec.errors.maxSkipped`).
     pub failure: Option<String>,
+    /// Elements skipped under `spec.errors.policy: skip`.
+    pub skipped_elements: u64,
     /// The autoscaler's report; `None` for a fixed count.
     pub scaling: Option<ScalingReport>,
     /// The cache's state.
@@ -211,6 +214,7 @@ pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: 
         trainer_wait_fraction: if registered { o.trainer_wait_fraction } else { None },
         cache: Some(o.cache.clone()),
         epoch: if registered { o.progress.iter().map(|j| j.epoch).min() } else { None },
+        skipped_elements: (registered && o.skipped_elements > 0).then_some(o.skipped_elements),
         observed_generation: o.generation,
         conditions,
     }
@@ -275,6 +279,7 @@ mod tests {
             throughput: Some(1200.0),
             trainer_wait_fraction: Some(0.25),
             failure: None,
+            skipped_elements: 0,
             scaling: None,
             cache: CacheStatus { state: "off".into(), ..Default::default() },
         }
@@ -336,6 +341,15 @@ mod tests {
             assert_eq!(s.observed_generation, Some(3), "{what}");
             assert_eq!(s.conditions.len(), 4, "{what}: Ready, Scaling, Caching, Degraded");
         }
+    }
+
+    #[test]
+    fn skipped_elements_show_once_there_are_any() {
+        let o = Observed { skipped_elements: 1, ..observed(Registration::Registered, 2, 2) };
+        assert_eq!(status(None, &o, "t").skipped_elements, Some(1));
+        assert_eq!(status(None, &observed(Registration::Registered, 2, 2), "t").skipped_elements, None);
+        let invalid = Observed { skipped_elements: 1, ..observed(Registration::Invalid("x".into()), 0, 0) };
+        assert_eq!(status(None, &invalid, "t").skipped_elements, None);
     }
 
     #[test]
