@@ -140,11 +140,18 @@ pub async fn run(
     };
     ready.store(false, Ordering::Relaxed);
     metrics.leading(false);
-    candidacy.resign().await;
+    // Releasing the Lease needs the API server: through an outage, exit without it (the Lease
+    // then expires) rather than hang while Kubernetes waits for this process to end.
+    if tokio::time::timeout(RESIGN_WITHIN, candidacy.resign()).await.is_err() {
+        tracing::warn!("could not release the leader Lease within {RESIGN_WITHIN:?}: it will expire");
+    }
     let _ = stop_metrics.send(());
     let _ = metrics_task.await;
     result
 }
+
+/// How long stopping waits to release the leader Lease.
+const RESIGN_WITHIN: Duration = Duration::from_secs(5);
 
 #[allow(clippy::too_many_arguments)]
 async fn lead(
