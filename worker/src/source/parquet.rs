@@ -91,7 +91,22 @@ pub(super) fn read(
         builder.with_row_groups(vec![row_group]).with_batch_size(ROWS_PER_BATCH).build().map_err(bad)?;
     let file_key = relative_key(root, &object.location);
     let mut row = first_row;
-    while let Some(batch) = rt.block_on(stream.next()) {
+    // The parquet crate panics on some corrupt pages (a dictionary-encoded page with no
+    // dictionary, found by fuzzing): such a file is bad data, not a reason to lose the worker.
+    let next = |stream: &mut _| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(StreamExt::next(stream))))
+            .map_err(|panic| {
+                SourceError::data(
+                    location.clone(),
+                    format!(
+                        "cannot read Parquet: the decoder failed on row group {row_group} ({}); \
+                         the file is corrupt: rewrite it",
+                        panic_message(panic.as_ref())
+                    ),
+                )
+            })
+    };
+    while let Some(batch) = next(&mut stream)? {
         let batch = batch.map_err(bad)?;
         let schema = batch.schema();
         for r in 0..batch.num_rows() {
@@ -111,4 +126,13 @@ pub(super) fn read(
         }
     }
     Ok(())
+}
+
+/// What a caught panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
 }
