@@ -174,6 +174,9 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         let manifest = Manifest { pipeline, base_dir: req.base_dir.into() };
         let info = self.register(&req.name, &manifest).await.map_err(|e| match e {
             DispatcherError::Refused(d) => status(d),
+            DispatcherError::Halted(why) => {
+                Status::unavailable(format!("the dispatcher stopped serving: {why}"))
+            }
             other => Status::internal(other.to_string()),
         })?;
         Ok(Response::new(pb::RegisterPipelineResponse { pipeline: Some(info) }))

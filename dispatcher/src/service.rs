@@ -265,9 +265,13 @@ impl Dispatcher {
             shuffle: spec.shuffle.as_ref().is_some_and(|s| s.buffer > 0),
             seed: spec.seed,
         };
-        self.mutate(|s, _| s.register_pipeline(name, facts))
-            .await
-            .map_err(|st| DispatchError::InvalidArgument(st.message().to_string()))?;
+        self.mutate(|s, _| s.register_pipeline(name, facts)).await.map_err(|st| {
+            if st.code() == tonic::Code::Unavailable {
+                DispatcherError::Halted(st.message().to_string())
+            } else {
+                DispatchError::InvalidArgument(st.message().to_string()).into()
+            }
+        })?;
         Ok(self.state().pipeline_info(name)?)
     }
 
