@@ -2,10 +2,9 @@
 //! (given, to replay a failure, or fresh from the clock), and a dispatcher started with an
 //! explicit environment, so that its journal can live on the S3-compatible server.
 
-use super::{Dispatcher, Proc, granary_bin};
-use std::io::{BufRead, BufReader};
+use super::{Dispatcher, granary_bin, start_serving};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// The variable that replays a chaos run: its value is the seed a failed run printed.
@@ -70,30 +69,13 @@ pub fn start_dispatcher_env(
     journal: &str,
     env: &[(String, String)],
 ) -> Dispatcher {
-    let mut child = Command::new(granary_bin())
+    let mut command = Command::new(granary_bin());
+    command
         .arg("run")
         .arg(manifest)
         .args(["--serve", listen, "--workers", "0", "--journal", journal])
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dispatcher starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc { child };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("the dispatcher on {listen} printed no ready line within 60 s: {e}"));
-    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
-    let address = ready["dispatcher"].as_str().expect("dispatcher address").to_string();
-    Dispatcher { proc, address, ready, lines: rx }
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    start_serving(command)
 }
 
 #[cfg(test)]

@@ -159,31 +159,31 @@ pub fn start_dispatcher(manifest: &Path, listen: &str, journal: &Path) -> Dispat
 
 /// `granary run MANIFEST --serve LISTEN --journal JOURNAL EXTRA…`, once it printed its ready line.
 pub fn start_dispatcher_with(manifest: &Path, listen: &str, journal: &Path, extra: &[&str]) -> Dispatcher {
-    let mut child = Command::new(granary_bin())
-        .arg("run")
-        .arg(manifest)
-        .args(["--serve", listen, "--journal"])
-        .arg(journal)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dispatcher starts");
+    let mut command = Command::new(granary_bin());
+    command.arg("run").arg(manifest).args(["--serve", listen, "--journal"]).arg(journal).args(extra);
+    start_serving(command)
+}
+
+/// Spawns `command` (a `granary run … --serve`) and returns it once it printed its ready line
+/// (within 60 s, or this panics naming the command).
+pub fn start_serving(mut command: Command) -> Dispatcher {
+    let mut child = command.stdout(Stdio::piped()).spawn().expect("dispatcher starts");
     let stdout = child.stdout.take().expect("stdout");
     let proc = Proc { child };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
                 return;
             }
         }
     });
-    let line =
-        rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its address within 60 s");
-    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
-    let address = v["dispatcher"].as_str().expect("dispatcher address").to_string();
-    Dispatcher { proc, address, ready: v, lines: rx }
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{command:?} printed no ready line within 60 s: {e}"));
+    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
+    let address = ready["dispatcher"].as_str().expect("dispatcher address").to_string();
+    Dispatcher { proc, address, ready, lines: rx }
 }
 
 /// Starts a worker process.

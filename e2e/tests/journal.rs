@@ -4,12 +4,10 @@
 //! either acknowledged, and not the refused one.
 
 use granary_e2e::s3::S3Server;
-use granary_e2e::{Dispatcher, Proc, dataset, granary_bin};
+use granary_e2e::{Dispatcher, dataset};
 use granary_proto::v1 as pb;
 use granary_proto::v1::dispatcher_client::DispatcherClient;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
@@ -18,29 +16,7 @@ const JOURNAL: &str = "s3://journal/dispatcher/";
 /// `granary run MANIFEST --serve 127.0.0.1:0 --workers 0 --journal JOURNAL` with the S3
 /// server's credentials and loopback endpoint, once it printed its ready line.
 fn start(manifest: &Path, env: &[(String, String)]) -> Dispatcher {
-    let mut child = Command::new(granary_bin())
-        .arg("run")
-        .arg(manifest)
-        .args(["--serve", "127.0.0.1:0", "--workers", "0", "--journal", JOURNAL])
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dispatcher starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc { child };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let line =
-        rx.recv_timeout(Duration::from_secs(60)).expect("the dispatcher prints its ready line within 60 s");
-    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a JSON ready line");
-    let address = ready["dispatcher"].as_str().expect("dispatcher address").to_string();
-    Dispatcher { proc, address, ready, lines: rx }
+    granary_e2e::chaos::start_dispatcher_env(manifest, "127.0.0.1:0", JOURNAL, env)
 }
 
 /// Registers a consumer of job `job` of the pipeline, declaring `consumers` consumers.
