@@ -1,14 +1,17 @@
 //! What the dispatcher plans an epoch with: the source's splits and how many elements each one
 //! yields. Files and Parquet row groups are counted from the listing. WebDataset shards are
-//! counted from their tar headers alone (members are skipped, not fetched) and JSONL files by
-//! streaming their lines through a fixed buffer, so counting holds no object in memory; TFRecord
-//! and CSV files are read once to count their records or rows, which checks them too: a corrupt
-//! TFRecord (a CRC that does not match) or a CSV row with a missing cell fails the listing, before
-//! any epoch starts. Counting has a time budget ([`COUNT_BUDGET`] unless given): past it, the
-//! listing fails and says how far it got.
+//! counted from their tar headers alone (members are skipped, not fetched), TFRecord files from
+//! their record headers alone (data is skipped, or decompressed and discarded) and JSONL files by
+//! streaming their lines through a fixed buffer, and CSV files by parsing their rows into a fixed
+//! buffer, so counting holds no object in memory. Counting checks what it reads: a damaged record
+//! header or a CSV row with a missing cell fails the listing, before any epoch starts. Counting has
+//! a time budget ([`COUNT_BUDGET`] unless given): past it, the listing fails and says how far it
+//! got.
 
 mod lines;
 mod ranged;
+mod records;
+mod rows;
 mod shards;
 #[cfg(test)]
 mod tests;
@@ -141,27 +144,7 @@ fn count(
         SplitKind::RowGroup { rows, .. } => Ok(*rows),
         SplitKind::Shard(object) => shards::count(store()?, object, rt, deadline),
         SplitKind::Jsonl(object) => lines::count(store()?, object, rt, deadline),
-        SplitKind::Tfrecord { .. } | SplitKind::Csv { .. } => {
-            let mut n = 0u64;
-            source.read_split(split, rt, &mut |_| {
-                n += 1;
-                !deadline.passed()
-            })?;
-            if deadline.passed() {
-                return Err(SourceError::data(split_location(split), "the counting budget is spent"));
-            }
-            Ok(n)
-        }
-    }
-}
-
-/// The object a split of one object reads, for messages.
-fn split_location(split: &Split) -> String {
-    match &split.kind {
-        SplitKind::Shard(o) | SplitKind::Jsonl(o) => o.location.to_string(),
-        SplitKind::Tfrecord { object, .. }
-        | SplitKind::Csv { object, .. }
-        | SplitKind::RowGroup { object, .. } => object.location.to_string(),
-        SplitKind::Files(_) => format!("split {}", split.id),
+        SplitKind::Tfrecord { object, gzip } => records::count(store()?, object, *gzip, rt, deadline),
+        SplitKind::Csv { object, delimiter } => rows::count(store()?, object, *delimiter, rt, deadline),
     }
 }

@@ -152,12 +152,12 @@ impl<R: Read> RecordReader<R> {
         RecordReader { inner, next: At { index: 0, offset: 0, decompressed }, left: size }
     }
 
-    /// The next record, or `None` at the end of the stream.
-    pub fn next_record(&mut self) -> Result<Option<Record>, RecordError> {
+    /// Reads the next record's header: where the record starts and its data length, checked
+    /// against the bytes left when they are known. `None` at the end of the stream.
+    fn header(&mut self) -> Result<Option<(At, u64)>, RecordError> {
         let at = self.next;
-        let io = |source| RecordError::Io { at, source };
         let mut header = [0u8; HEADER as usize];
-        let got = read_full(&mut self.inner, &mut header).map_err(io)?;
+        let got = read_full(&mut self.inner, &mut header).map_err(|source| RecordError::Io { at, source })?;
         if got == 0 {
             return Ok(None);
         }
@@ -173,14 +173,49 @@ impl<R: Read> RecordReader<R> {
         let mut length = [0u8; 8];
         length.copy_from_slice(length_bytes);
         let length = u64::from_le_bytes(length);
-        let reserve = match self.left {
-            Some(left) => {
-                let left = left.saturating_sub(HEADER);
-                if length.checked_add(FOOTER).is_none_or(|need| need > left) {
-                    return Err(RecordError::TooLong { at, length, left });
-                }
-                length
+        if let Some(left) = self.left {
+            let left = left.saturating_sub(HEADER);
+            if length.checked_add(FOOTER).is_none_or(|need| need > left) {
+                return Err(RecordError::TooLong { at, length, left });
             }
+        }
+        Ok(Some((at, length)))
+    }
+
+    /// The record at `at` of `length` data bytes was read or skipped: the next one follows.
+    fn advance(&mut self, at: At, length: u64) {
+        let size = HEADER + length + FOOTER;
+        self.left = self.left.map(|left| left.saturating_sub(size));
+        self.next = At { index: at.index + 1, offset: at.offset + size, decompressed: at.decompressed };
+    }
+
+    /// Moves past the next record without holding its data, for counting records in memory
+    /// bounded by a header: `skip` moves the stream forward by the given bytes (a seek on a plain
+    /// file, a read-through on a compressed one) and returns how many it moved. The data's CRC is
+    /// not checked; reading the record does. False at the end of the stream.
+    pub fn skip_record(
+        &mut self,
+        skip: impl FnOnce(&mut R, u64) -> std::io::Result<u64>,
+    ) -> Result<bool, RecordError> {
+        let Some((at, length)) = self.header()? else { return Ok(false) };
+        let want = length.saturating_add(FOOTER);
+        let moved = skip(&mut self.inner, want).map_err(|source| RecordError::Io { at, source })?;
+        if moved < length {
+            return Err(RecordError::Truncated { at, part: "data", got: moved, want: length });
+        }
+        if moved < want {
+            return Err(RecordError::Truncated { at, part: "data CRC", got: moved - length, want: FOOTER });
+        }
+        self.advance(at, length);
+        Ok(true)
+    }
+
+    /// The next record, or `None` at the end of the stream.
+    pub fn next_record(&mut self) -> Result<Option<Record>, RecordError> {
+        let Some((at, length)) = self.header()? else { return Ok(None) };
+        let io = |source| RecordError::Io { at, source };
+        let reserve = match self.left {
+            Some(_) => length,
             None => length.min(UNCHECKED_RESERVE),
         };
         let mut data = Vec::new();
@@ -204,9 +239,7 @@ impl<R: Read> RecordReader<R> {
         if stored != computed {
             return Err(RecordError::DataCrc { at, stored, computed });
         }
-        let size = HEADER + length + FOOTER;
-        self.left = self.left.map(|left| left.saturating_sub(size));
-        self.next = At { index: at.index + 1, offset: at.offset + size, decompressed: at.decompressed };
+        self.advance(at, length);
         Ok(Some(Record { at, data }))
     }
 }
@@ -236,6 +269,46 @@ mod tests {
             out.push(r.data);
         }
         Ok(out)
+    }
+
+    /// Moves a plain reader forward by reading through.
+    fn read_through(reader: &mut &[u8], n: u64) -> std::io::Result<u64> {
+        std::io::copy(&mut reader.take(n), &mut std::io::sink())
+    }
+
+    #[test]
+    fn skipping_counts_what_reading_reads_and_finds_the_same_framing_errors() {
+        let mut file = Vec::new();
+        for data in [&b"first"[..], b"", b"third record"] {
+            write_record(&mut file, data);
+        }
+        let count = |bytes: &[u8], size: Option<u64>| -> Result<u64, RecordError> {
+            let mut reader = RecordReader::new(bytes, size, size.is_none());
+            let mut n = 0;
+            while reader.skip_record(read_through)? {
+                n += 1;
+            }
+            Ok(n)
+        };
+        assert_eq!(count(&file, Some(file.len() as u64)).unwrap(), 3);
+        assert_eq!(count(&file, None).unwrap(), 3, "a stream of unknown length");
+        let mut bad = file.clone();
+        bad[21] ^= 1;
+        assert!(matches!(count(&bad, None), Err(RecordError::LengthCrc { at: At { index: 1, .. }, .. })));
+        // Cut inside the last record's data: a known size says so from the header, a stream on
+        // reaching its end.
+        let cut = &file[..file.len() - 6];
+        assert!(matches!(count(cut, Some(cut.len() as u64)), Err(RecordError::TooLong { .. })));
+        let err = count(cut, None).unwrap_err();
+        assert!(matches!(err, RecordError::Truncated { part: "data", got: 10, want: 12, .. }), "{err}");
+        let cut = &file[..file.len() - 2];
+        let err = count(cut, None).unwrap_err();
+        assert!(matches!(err, RecordError::Truncated { part: "data CRC", got: 2, want: 4, .. }), "{err}");
+        // A header claiming an enormous record allocates nothing.
+        let mut huge = Vec::new();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        huge.extend_from_slice(&masked_crc32c(&u64::MAX.to_le_bytes()).to_le_bytes());
+        assert!(matches!(count(&huge, None), Err(RecordError::Truncated { part: "data", got: 0, .. })));
     }
 
     #[test]
