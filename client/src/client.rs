@@ -30,7 +30,7 @@ use crate::task::TaskGuard;
 const EVENT_QUEUE: usize = 8;
 
 /// Complete batches assembled ahead of the trainer at most; beyond, the streams are not read.
-const READY_LIMIT: usize = 4;
+pub(crate) const READY_LIMIT: usize = 4;
 
 /// Queued messages handled in one go before a ready batch is returned.
 const DRAIN_LIMIT: usize = 64;

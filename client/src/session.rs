@@ -166,7 +166,9 @@ impl Session {
         }
     }
 
-    /// A heartbeat with the progress and the metrics since the last one.
+    /// A heartbeat with the progress and the metrics since the last one. It asks for data while
+    /// the client holds fewer complete batches than it assembles ahead: the dispatcher has the
+    /// workers produce for a job only while one of its consumers asks or reads.
     pub(crate) fn heartbeat(&self) -> ClientHeartbeatRequest {
         let client_id = self.client_id();
         let mut progress = self.progress();
@@ -181,6 +183,7 @@ impl Session {
             delivered: progress.delivered.count(),
             metrics: Some(metrics),
             finished: progress.finished,
+            wants_data: !progress.finished && buffered < crate::client::READY_LIMIT as u32,
         }
     }
 }

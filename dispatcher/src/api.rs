@@ -239,7 +239,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
         caller.as_worker(&req.worker_id)?;
-        let lease = self.mutate(|s, now| s.lease(&req.worker_id, now)).await?;
+        let lease = self.mutate(|s, now| s.lease_avoiding(&req.worker_id, &req.backed_up, now)).await?;
         let retry_after_ms = if lease.is_some() { 0 } else { 50 };
         Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms }))
     }

@@ -134,7 +134,11 @@ async fn a_profile_reads_what_the_store_holds_and_eviction_keeps_it() {
     let worker_id = d.register_worker(Request::new(w)).await.unwrap().into_inner().worker_id;
     let c = pb::RegisterClientRequest { pipeline: "p".into(), num_consumers: 1, ..Default::default() };
     d.register_client(Request::new(c)).await.unwrap();
-    let lease = d.lease_split(Request::new(pb::LeaseSplitRequest { worker_id })).await.unwrap().into_inner();
+    let lease = d
+        .lease_split(Request::new(pb::LeaseSplitRequest { worker_id, ..Default::default() }))
+        .await
+        .unwrap()
+        .into_inner();
     let task = lease.lease.unwrap().cache.unwrap();
     assert_eq!((task.mode, task.fingerprint), (pb::CacheMode::Read as i32, fp(1)));
     let mut touched = false;

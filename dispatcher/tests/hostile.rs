@@ -157,7 +157,7 @@ async fn hostile_callers_are_refused_and_change_nothing() {
     let session = trainer_a.register_client(consumer("team/a", "train")).await.unwrap().into_inner();
     assert!(session.capability.starts_with("grc1."), "trainers get a stream capability");
     let lease = worker_a
-        .lease_split(pb::LeaseSplitRequest { worker_id: worker_a_id.worker_id.clone() })
+        .lease_split(pb::LeaseSplitRequest { worker_id: worker_a_id.worker_id.clone(), ..Default::default() })
         .await
         .unwrap()
         .into_inner()
@@ -195,7 +195,12 @@ async fn hostile_callers_are_refused_and_change_nothing() {
         |worker_id: &str| pb::WorkerHeartbeatRequest { worker_id: worker_id.into(), ..Default::default() };
     refused(worker_b.worker_heartbeat(as_a(&worker_a_id.worker_id)).await, "a heartbeat as another worker");
     refused(
-        worker_b.lease_split(pb::LeaseSplitRequest { worker_id: worker_a_id.worker_id.clone() }).await,
+        worker_b
+            .lease_split(pb::LeaseSplitRequest {
+                worker_id: worker_a_id.worker_id.clone(),
+                ..Default::default()
+            })
+            .await,
         "a lease as another worker",
     );
     let complete = |worker_id: &str| pb::CompleteSplitRequest {

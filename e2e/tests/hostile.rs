@@ -243,7 +243,7 @@ async fn attack(run: &Run, trainer_token: &str) -> Tally {
     let mut other_worker = run.as_role(Role::Worker, OTHER).await;
     let holder = other_worker.register_worker(worker(OTHER)).await.unwrap().into_inner().worker_id;
     let lease = other_worker
-        .lease_split(pb::LeaseSplitRequest { worker_id: holder.clone() })
+        .lease_split(pb::LeaseSplitRequest { worker_id: holder.clone(), ..Default::default() })
         .await
         .unwrap()
         .into_inner()
@@ -314,7 +314,7 @@ async fn attack(run: &Run, trainer_token: &str) -> Tally {
     t.refused("re-registering under the run's worker id", idle.register_worker(steal).await);
 
     // Leases: acting as the run's worker, and completing or giving back a lease held by another.
-    let as_real = pb::LeaseSplitRequest { worker_id: real_worker.worker_id.clone() };
+    let as_real = pb::LeaseSplitRequest { worker_id: real_worker.worker_id.clone(), ..Default::default() };
     t.refused("leasing as the run's worker", idle.lease_split(as_real).await);
     let complete = |worker_id: &str, pipeline: &str| pb::CompleteSplitRequest {
         worker_id: worker_id.into(),

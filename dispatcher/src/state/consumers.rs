@@ -1,5 +1,6 @@
 //! The client-facing rules: consumers joining jobs, resuming, heartbeats, plans and replays.
 
+use super::demand::Demand;
 use super::tallies::{SessionSeen, TrainerTotals};
 use super::{Consumer, DispatchError, Event, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
@@ -205,6 +206,7 @@ impl State {
                 gone: false,
                 metrics: None,
                 seen: SessionSeen::default(),
+                demand: Demand::registered(now, &self.timing),
             },
         );
         let workers = self.workers_of(&req.pipeline);
@@ -257,6 +259,7 @@ impl State {
         req: &pb::ClientHeartbeatRequest,
         now: u64,
     ) -> Result<pb::ClientHeartbeatResponse, DispatchError> {
+        let timing = self.timing;
         let (job, epochs) = self.consumer_mut(&req.client_id, &req.pipeline, &req.job, req.consumer_index)?;
         if req.epoch > epochs {
             return Err(DispatchError::InvalidArgument(format!(
@@ -274,6 +277,8 @@ impl State {
             // A session's heartbeats travel on separate calls and can arrive out of order; one
             // that is behind what this session already reported must not move it back (a late
             // epoch-start heartbeat would otherwise undo `finished`).
+            let progressed = (req.finished, req.epoch, req.delivered) > (c.finished, c.epoch, c.delivered);
+            c.demand.heartbeat(now, req.wants_data, progressed, &timing);
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
                 c.epoch = req.epoch;
                 c.delivered = req.delivered;

@@ -1,5 +1,6 @@
 //! The worker-facing rules: registration, heartbeats, and split leases.
 
+use super::consumers::MAX_JOBS_PER_PIPELINE;
 use super::{DispatchError, Event, LeaseEntry, MAX_SPLIT_ATTEMPTS, Replay, SplitStatus, State, WorkerEntry};
 use granary_proto::v1 as pb;
 use std::collections::BTreeSet;
@@ -131,8 +132,25 @@ impl State {
     }
 
     /// The next split for `worker`: replays first, then each job's epochs in order, one job after
-    /// another. `None` when there is nothing to do now.
+    /// another, among the jobs whose consumers ask for data ([`super::demand`]). `None` when
+    /// there is nothing to do now.
     pub fn lease(&mut self, worker: &str, now: u64) -> Result<Option<pb::Lease>, DispatchError> {
+        self.lease_avoiding(worker, &[], now)
+    }
+
+    /// [`State::lease`], skipping the jobs in `backed_up`: a consumer of each holds a full queue
+    /// on `worker` (only the first [`MAX_JOBS_PER_PIPELINE`] listed are read).
+    pub fn lease_avoiding(
+        &mut self,
+        worker: &str,
+        backed_up: &[pb::JobRef],
+        now: u64,
+    ) -> Result<Option<pb::Lease>, DispatchError> {
+        let avoid: BTreeSet<(&str, &str)> = backed_up
+            .iter()
+            .take(MAX_JOBS_PER_PIPELINE)
+            .map(|j| (j.pipeline.as_str(), j.job.as_str()))
+            .collect();
         let filter = self.worker_mut(worker)?.pipeline.clone();
         let names: Vec<String> = self
             .pipelines
@@ -144,7 +162,7 @@ impl State {
         for name in names {
             self.cache_profile_timeout(&name, now);
             if let Some(p) = self.pipelines.get(&name) {
-                for job in p.jobs.keys() {
+                for job in p.jobs.keys().filter(|job| !avoid.contains(&(name.as_str(), job.as_str()))) {
                     jobs.push((name.clone(), job.clone()));
                 }
             }
@@ -154,7 +172,7 @@ impl State {
         }
         for i in 0..jobs.len() {
             let (pipeline, job) = &jobs[(self.turn + i) % jobs.len()];
-            if let Some(replay) = self.next_work(pipeline, job) {
+            if let Some(replay) = self.next_work(pipeline, job, now) {
                 self.turn = (self.turn + i + 1) % jobs.len();
                 return Ok(Some(self.grant(worker, pipeline, job, replay, now)));
             }
@@ -162,12 +180,14 @@ impl State {
         Ok(None)
     }
 
-    fn next_work(&mut self, pipeline: &str, job_name: &str) -> Option<Replay> {
+    /// The next split of `job_name` to lease, if any of its consumers asks for data at `now`.
+    fn next_work(&mut self, pipeline: &str, job_name: &str, now: u64) -> Option<Replay> {
         let window = count_window(self.workers.len());
+        let timing = self.timing;
         let p = self.pipelines.get_mut(pipeline)?;
         let epochs = p.facts.epochs;
         let job = p.jobs.get_mut(job_name)?;
-        if job.consumers.values().all(|c| c.gone || c.finished) {
+        if !job.wanted(now, &timing) {
             return None;
         }
         while let Some(replay) = job.replays.pop_front() {

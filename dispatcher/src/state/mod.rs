@@ -5,6 +5,7 @@
 mod cache;
 mod collect;
 mod consumers;
+mod demand;
 mod events;
 mod leases;
 mod skips;
@@ -275,6 +276,8 @@ pub(crate) struct Consumer {
     pub(crate) metrics: Option<pb::ClientMetrics>,
     /// This session's cumulative figures so far, for the job's totals.
     pub(crate) seen: tallies::SessionSeen,
+    /// Whether it asks for data (see [`demand`]).
+    pub(crate) demand: demand::Demand,
 }
 
 /// The failed attempts at one split of one epoch, and the last one's worker and error.
@@ -713,5 +716,7 @@ mod tests;
 mod tests_bounded;
 #[cfg(test)]
 mod tests_counted;
+#[cfg(test)]
+mod tests_demand;
 #[cfg(test)]
 mod tests_errors;

@@ -121,6 +121,7 @@ fn a_dead_workers_leases_come_back_first() {
     s.worker_heartbeat(&hb, 3000).unwrap();
     s.expire(5000);
     assert!(!s.workers.contains_key(&w1));
+    super::tests_demand::asking(&mut s, 5000);
     let again = s.lease(&w2, 5000).unwrap().unwrap();
     assert_eq!((again.epoch, again.split), (lost.epoch, lost.split));
     assert!(again.only_consumer.is_none());

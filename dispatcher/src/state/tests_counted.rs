@@ -130,6 +130,7 @@ fn a_replayed_split_is_leased_with_its_parts_once_counted() {
     let hb = pb::WorkerHeartbeatRequest { worker_id: w2.clone(), ..Default::default() };
     s.worker_heartbeat(&hb, 3000).unwrap();
     s.expire(5000);
+    super::tests_demand::asking(&mut s, 5000);
     let again = s.lease(&w2, 5000).unwrap().unwrap();
     assert!(!again.count_first);
     assert_eq!(again.elements, COUNTS[again.split as usize]);

@@ -387,7 +387,18 @@ impl Agent {
                 }
                 continue;
             }
-            let request = LeaseSplitRequest { worker_id: self.worker_id() };
+            // Enabled before the backed-up jobs are read: a queue that drains after the request
+            // wakes the wait below at once.
+            let room = self.queues.room();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let backed_up = self
+                .queues
+                .backed_up_jobs(MAX_QUEUED_JOBS)
+                .into_iter()
+                .map(|(pipeline, job)| JobRef { pipeline, job })
+                .collect();
+            let request = LeaseSplitRequest { worker_id: self.worker_id(), backed_up };
             let wait = match self.client().lease_split(request).await {
                 Ok(response) => {
                     backoff.reset();
@@ -417,6 +428,7 @@ impl Agent {
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
+                () = &mut room => {}
                 () = stop.cancelled() => {}
             }
         }
@@ -632,7 +644,7 @@ impl Agent {
     }
 
     /// Reports a held split's count until the dispatcher answers with its parts, then delivers it
-    /// on a blocking thread (queues wait for room). A lease revoked or unknown meanwhile ends it.
+    /// on a blocking thread (routing copies tensors). A lease revoked or unknown meanwhile ends it.
     async fn count(&self, counted: CountedSplit) {
         let id = counted.lease_id();
         let mut backoff = Backoff::new();

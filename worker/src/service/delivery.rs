@@ -101,7 +101,7 @@ impl Delivery {
         ConsumerKey { pipeline: lease.pipeline.clone(), job: lease.job.clone(), consumer_index }
     }
 
-    /// Queues a part for each of its consumers, waiting for room.
+    /// Queues a part for each of its consumers (never waiting for room: see [`super::queues`]).
     pub(crate) fn push(&self, job: &Job, routed: Routed) {
         let Routed { consumers, mut part } = routed;
         if let Some((field, normalize)) = &self.deferred {
@@ -119,7 +119,10 @@ impl Delivery {
                 Pushed::Queued => {}
                 Pushed::Gone => tracing::debug!(consumer = %key, lo, hi, "consumer gone; part dropped"),
                 Pushed::Cancelled => {
-                    tracing::debug!(lease = job.lease.lease_id, "lease revoked while waiting for room");
+                    tracing::debug!(
+                        lease = job.lease.lease_id,
+                        "lease revoked; the rest of its parts are dropped"
+                    );
                     return;
                 }
                 Pushed::Closed => return,
@@ -252,8 +255,8 @@ impl CountedSplit {
         self.job.revoked.load(Ordering::Acquire)
     }
 
-    /// Routes the held batches by `parts` and delivers the split. Blocks while consumer queues
-    /// are full: run it on a blocking thread.
+    /// Routes the held batches by `parts` and delivers the split. Routing cuts and copies
+    /// tensors: run it on a blocking thread, not on the async runtime.
     pub fn deliver(self, parts: Vec<pb::Part>) {
         let CountedSplit { mut job, batches, elements, cache, skipped, delivery } = self;
         job.lease.parts = parts;

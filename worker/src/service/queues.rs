@@ -1,11 +1,16 @@
 //! Per-consumer queues between the producers and the `StreamBatches` streams.
 //!
-//! Each consumer `(pipeline, job, consumer_index)` has one bounded queue of batch parts (and the
-//! `SplitEnd` markers that follow a split's parts). A producer pushing into a full queue waits,
-//! which holds the executor back (backpressure). A queue outlives its streams: a new stream for
-//! the same consumer replaces the previous one and drains what is left. When the dispatcher
-//! reports a consumer gone, its queue is emptied and everything routed to it is dropped until a
-//! new stream for it arrives, so a consumer that never reads cannot hold a worker forever.
+//! Each consumer `(pipeline, job, consumer_index)` has one queue of batch parts (and the
+//! `SplitEnd` markers that follow a split's parts). Pushing never waits: a producer serves every
+//! job of its pipeline in lease order, and waiting for room in one consumer's queue would hold
+//! every other job's splits behind it. Backpressure comes before the lease instead: a queue
+//! holding its capacity of parts is *backed up* ([`Queues::backed_up_jobs`]), the agent names its
+//! job when it asks for a lease, and the dispatcher leases this worker none of that job's splits
+//! until the queue drains ([`Queues::room`] wakes the agent then). So a queue holds at most its
+//! capacity plus the parts of the splits already leased when it filled. A queue outlives its
+//! streams: a new stream for the same consumer replaces the previous one and drains what is
+//! left. When the dispatcher reports a consumer gone, its queue is emptied and everything routed
+//! to it is dropped until a new stream for it arrives.
 //!
 //! The map of queues shrinks: [`Queues::sweep`] (after each heartbeat) drops the queues with
 //! nothing queued and no stream, except those of consumers the dispatcher just reported gone
@@ -17,12 +22,8 @@ use granary_proto::v1::{BatchPart, SplitEnd, StreamMessage, stream_message};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, mpsc};
-
-/// How often a producer waiting on a full queue checks whether its lease was revoked.
-const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// One consumer of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,7 +73,7 @@ pub enum Pushed {
     Gone,
     /// Dropped: the queues are closed (the worker is stopping).
     Closed,
-    /// Not queued: the caller cancelled while waiting for room.
+    /// Not queued: the caller's lease was revoked.
     Cancelled,
 }
 
@@ -107,8 +108,6 @@ impl State {
 #[derive(Default)]
 struct Queue {
     state: Mutex<State>,
-    /// Producers waiting for room.
-    room: Condvar,
     /// Streams waiting for a message (or for being replaced).
     ready: Notify,
 }
@@ -135,13 +134,15 @@ pub struct Queues {
     next_stream: AtomicU64,
     closed: AtomicBool,
     taken: Arc<Taken>,
+    /// Woken when a backed-up queue drains below its capacity, or is emptied.
+    room: Arc<Notify>,
 }
 
 /// The messages of one `StreamBatches` call.
 pub type ConsumerStream = Pin<Box<dyn Stream<Item = Result<StreamMessage, tonic::Status>> + Send>>;
 
 impl Queues {
-    /// Queues holding up to `capacity` parts each (at least 1).
+    /// Queues backed up at `capacity` parts each (at least 1).
     pub fn new(capacity: usize) -> Queues {
         Queues {
             queues: Mutex::new(HashMap::new()),
@@ -149,12 +150,20 @@ impl Queues {
             next_stream: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             taken: Arc::new(Taken::default()),
+            room: Arc::new(Notify::new()),
         }
     }
 
-    /// Parts each queue holds before pushing waits.
+    /// Parts a queue holds when its job counts as backed up.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Resolves when a backed-up queue drains below its capacity or is emptied: the agent asks
+    /// for a lease again then. Enable it before reading [`Queues::backed_up_jobs`], so that no
+    /// drain in between is missed.
+    pub fn room(&self) -> tokio::sync::futures::Notified<'_> {
+        self.room.notified()
     }
 
     /// What streams took so far.
@@ -227,26 +236,32 @@ impl Queues {
         jobs.into_iter().collect()
     }
 
+    /// `(pipeline, job)` of the queues holding at least their capacity of parts, at most
+    /// `limit`: the dispatcher leases this worker none of their splits until they drain. A
+    /// consumer reported gone drops what is routed to it, so its queue never backs up.
+    pub fn backed_up_jobs(&self, limit: usize) -> Vec<(String, String)> {
+        let queues = self.map();
+        let mut jobs = BTreeSet::new();
+        for (key, queue) in queues.iter() {
+            if jobs.len() >= limit {
+                break;
+            }
+            if queue.lock().parts >= self.capacity {
+                jobs.insert((key.pipeline.clone(), key.job.clone()));
+            }
+        }
+        jobs.into_iter().collect()
+    }
+
     fn all(&self) -> Vec<Arc<Queue>> {
         self.map().values().cloned().collect()
     }
 
-    /// Queues `part` for `key`, waiting while the queue is full. Blocks the calling thread: call
-    /// it from a producer thread, not from the async runtime. Gives up when `cancel` is set.
+    /// Queues `part` for `key`, full or not (see the module's note on backpressure); nothing is
+    /// queued once `cancel` (the lease's revocation) is set.
     pub fn push_part(&self, key: &ConsumerKey, part: BatchPart, cancel: &AtomicBool) -> Pushed {
         let bytes = part.tensors.iter().map(|t| t.data.len()).sum();
-        self.with_queue(key, |queue, state| self.push_into(queue, state, part, bytes, cancel))
-    }
-
-    fn push_into(
-        &self,
-        queue: &Queue,
-        mut state: MutexGuard<'_, State>,
-        part: BatchPart,
-        bytes: usize,
-        cancel: &AtomicBool,
-    ) -> Pushed {
-        loop {
+        self.with_queue(key, |queue, mut state| {
             if state.closed {
                 return Pushed::Closed;
             }
@@ -256,19 +271,16 @@ impl Queues {
             if cancel.load(Ordering::Acquire) {
                 return Pushed::Cancelled;
             }
-            if state.parts < self.capacity {
-                state.entries.push_back(Entry {
-                    message: StreamMessage { kind: Some(stream_message::Kind::Part(part)) },
-                    part_bytes: Some(bytes),
-                    _token: None,
-                });
-                state.parts += 1;
-                drop(state);
-                queue.ready.notify_waiters();
-                return Pushed::Queued;
-            }
-            state = queue.room.wait_timeout(state, CANCEL_POLL).unwrap_or_else(PoisonError::into_inner).0;
-        }
+            state.entries.push_back(Entry {
+                message: StreamMessage { kind: Some(stream_message::Kind::Part(part)) },
+                part_bytes: Some(bytes),
+                _token: None,
+            });
+            state.parts += 1;
+            drop(state);
+            queue.ready.notify_waiters();
+            Pushed::Queued
+        })
     }
 
     /// Queues the end of a split for `key` (never waits). `token` is dropped once the message was
@@ -313,9 +325,15 @@ impl Queues {
         }
         // Wake the previous stream so that it sees it was replaced.
         queue.ready.notify_waiters();
-        let attached = Attached { queue, id, taken: Arc::clone(&self.taken) };
+        let attached = Attached {
+            queue,
+            id,
+            taken: Arc::clone(&self.taken),
+            capacity: self.capacity,
+            room: Arc::clone(&self.room),
+        };
         Box::pin(futures::stream::unfold(attached, |attached| async move {
-            let message = next_message(&attached.queue, attached.id, &attached.taken).await?;
+            let message = next_message(&attached).await?;
             Some((Ok(message), attached))
         }))
     }
@@ -329,10 +347,12 @@ impl Queues {
             state.stream = 0;
             state.clear();
             drop(state);
-            queue.room.notify_all();
             queue.ready.notify_waiters();
             dropped
         });
+        if dropped >= self.capacity {
+            self.room.notify_waiters();
+        }
         if dropped > 0 {
             tracing::info!(consumer = %key, parts = dropped, "consumer gone; dropped its queued parts");
         }
@@ -347,9 +367,9 @@ impl Queues {
                 state.closed = true;
                 state.clear();
             }
-            queue.room.notify_all();
             queue.ready.notify_waiters();
         }
+        self.room.notify_waiters();
     }
 
     /// Parts queued, all queues together, and their capacity.
@@ -366,6 +386,9 @@ struct Attached {
     queue: Arc<Queue>,
     id: u64,
     taken: Arc<Taken>,
+    /// The queues' capacity, and where to say that a backed-up queue drained below it.
+    capacity: usize,
+    room: Arc<Notify>,
 }
 
 impl Drop for Attached {
@@ -377,8 +400,10 @@ impl Drop for Attached {
     }
 }
 
-/// The next message for stream `id`, or `None` once the stream was replaced or the queues closed.
-async fn next_message(queue: &Queue, id: u64, taken: &Taken) -> Option<StreamMessage> {
+/// The next message for the stream, or `None` once the stream was replaced or the queues closed.
+async fn next_message(attached: &Attached) -> Option<StreamMessage> {
+    let Attached { queue, id, taken, capacity, room } = attached;
+    let (id, capacity) = (*id, *capacity);
     loop {
         let notified = queue.ready.notified();
         tokio::pin!(notified);
@@ -394,9 +419,11 @@ async fn next_message(queue: &Queue, id: u64, taken: &Taken) -> Option<StreamMes
                     state.parts -= 1;
                     taken.parts.fetch_add(1, Ordering::Relaxed);
                     taken.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                    if state.parts + 1 == capacity {
+                        room.notify_waiters();
+                    }
                 }
                 drop(state);
-                queue.room.notify_all();
                 return Some(entry.message);
             }
         }
@@ -409,6 +436,7 @@ mod tests {
     use super::*;
     use futures::StreamExt;
     use granary_proto::v1::Tensor;
+    use std::time::Duration;
 
     fn key(i: u32) -> ConsumerKey {
         ConsumerKey { pipeline: "p".into(), job: "j".into(), consumer_index: i }
@@ -441,26 +469,38 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn full_queue_waits_until_a_stream_takes() {
+    async fn a_full_queue_backs_up_its_job_without_making_the_producer_wait() {
         let queues = Arc::new(Queues::new(2));
-        let pusher = {
+        let never = AtomicBool::new(false);
+        let pushed: Vec<Pushed> = (0..5).map(|lo| queues.push_part(&key(0), part(lo), &never)).collect();
+        assert_eq!(pushed, vec![Pushed::Queued; 5], "pushing never waits for room");
+        assert_eq!(queues.buffered(), (5, 2));
+        assert_eq!(queues.backed_up_jobs(10), vec![("p".to_string(), "j".to_string())]);
+        let room = {
             let queues = Arc::clone(&queues);
-            std::thread::spawn(move || {
-                let never = AtomicBool::new(false);
-                (0..5).map(|lo| queues.push_part(&key(0), part(lo), &never)).collect::<Vec<_>>()
-            })
+            let (ready, waiting) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move {
+                let room = queues.room();
+                tokio::pin!(room);
+                room.as_mut().enable();
+                let _ = ready.send(());
+                room.await;
+            });
+            let _ = waiting.await;
+            task
         };
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(queues.buffered(), (2, 2), "the pusher waits behind a full queue");
-        assert!(!pusher.is_finished());
         let mut stream = queues.open_stream(&key(0));
         let mut got = Vec::new();
-        for _ in 0..5 {
-            let message = stream.next().await.unwrap().unwrap();
-            got.push(lo_of(&message).unwrap());
+        for _ in 0..3 {
+            got.push(lo_of(&stream.next().await.unwrap().unwrap()).unwrap());
         }
+        assert_eq!(queues.backed_up_jobs(10), vec![("p".to_string(), "j".to_string())], "2 parts left");
+        assert!(!room.is_finished(), "no room until the queue drains below its capacity");
+        got.push(lo_of(&stream.next().await.unwrap().unwrap()).unwrap());
+        tokio::time::timeout(Duration::from_secs(1), room).await.unwrap().unwrap();
+        assert!(queues.backed_up_jobs(10).is_empty());
+        got.push(lo_of(&stream.next().await.unwrap().unwrap()).unwrap());
         assert_eq!(got, vec![0, 1, 2, 3, 4], "in order");
-        assert_eq!(pusher.join().unwrap(), vec![Pushed::Queued; 5]);
         assert_eq!(queues.taken().parts.load(Ordering::Relaxed), 5);
         assert_eq!(queues.taken().bytes.load(Ordering::Relaxed), 15);
     }
@@ -479,25 +519,22 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn gone_consumers_release_waiting_producers_and_drop_parts() {
-        let queues = Arc::new(Queues::new(1));
-        let pusher = {
-            let queues = Arc::clone(&queues);
-            std::thread::spawn(move || {
-                let never = AtomicBool::new(false);
-                (0..3).map(|lo| queues.push_part(&key(3), part(lo), &never)).collect::<Vec<_>>()
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    async fn gone_consumers_drop_their_parts_and_what_is_routed_to_them() {
+        let queues = Queues::new(1);
+        let never = AtomicBool::new(false);
+        for lo in 0..3 {
+            assert_eq!(queues.push_part(&key(3), part(lo), &never), Pushed::Queued);
+        }
+        assert_eq!(queues.backed_up_jobs(10).len(), 1);
         queues.mark_gone(&key(3));
-        assert_eq!(pusher.join().unwrap(), vec![Pushed::Queued, Pushed::Gone, Pushed::Gone]);
         assert_eq!(queues.buffered().0, 0);
+        assert!(queues.backed_up_jobs(10).is_empty(), "a gone consumer's job is not backed up");
+        assert_eq!(queues.push_part(&key(3), part(3), &never), Pushed::Gone);
         let (token, delivered) = delivery();
         assert_eq!(queues.push_end(&key(3), SplitEnd { epoch: 0, split: 1 }, token), Pushed::Gone);
         tokio::time::timeout(Duration::from_secs(1), delivered.wait()).await.unwrap();
         // A new stream takes the consumer back.
         let mut stream = queues.open_stream(&key(3));
-        let never = AtomicBool::new(false);
         assert_eq!(queues.push_part(&key(3), part(7), &never), Pushed::Queued);
         assert_eq!(lo_of(&stream.next().await.unwrap().unwrap()), Some(7));
     }
@@ -538,20 +575,12 @@ mod tests {
         assert_eq!(lo_of(&back.next().await.unwrap().unwrap()), Some(9));
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn cancel_releases_a_waiting_producer() {
-        let queues = Arc::new(Queues::new(1));
-        let cancel = Arc::new(AtomicBool::new(false));
-        let pusher = {
-            let (queues, cancel) = (Arc::clone(&queues), Arc::clone(&cancel));
-            std::thread::spawn(move || {
-                (0..2).map(|lo| queues.push_part(&key(0), part(lo), &cancel)).collect()
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        cancel.store(true, Ordering::Release);
-        let pushed: Vec<Pushed> = pusher.join().unwrap();
-        assert_eq!(pushed, vec![Pushed::Queued, Pushed::Cancelled]);
+    #[test]
+    fn a_revoked_lease_queues_nothing() {
+        let queues = Queues::new(1);
+        let revoked = AtomicBool::new(true);
+        assert_eq!(queues.push_part(&key(0), part(0), &revoked), Pushed::Cancelled);
+        assert_eq!(queues.buffered().0, 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

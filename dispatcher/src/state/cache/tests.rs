@@ -172,6 +172,7 @@ fn a_failed_profile_computes_and_the_wait_ends_after_30_s() {
     let w = setup(&mut s, "p", "auto", 3, 1);
     s.expire(1000);
     assert_eq!(mode(&s.lease(&w, 1000).unwrap().unwrap()), pb::CacheMode::Compute);
+    crate::state::tests_demand::asking(&mut s, 1000 + PROFILE_WAIT_MS - 1);
     assert_eq!(mode(&s.lease(&w, 1000 + PROFILE_WAIT_MS - 1).unwrap().unwrap()), pb::CacheMode::Compute);
     assert!(s.cache_report("p").unwrap().decision.is_none());
     let l = s.lease(&w, 1000 + PROFILE_WAIT_MS).unwrap().unwrap();
@@ -319,6 +320,7 @@ fn a_lost_writer_frees_its_split() {
     let hb = pb::WorkerHeartbeatRequest { worker_id: w2.clone(), ..Default::default() };
     s.worker_heartbeat(&hb, 3000).unwrap();
     s.expire(5000);
+    crate::state::tests_demand::asking(&mut s, 5000);
     let again = s.lease(&w2, 5000).unwrap().unwrap();
     assert_eq!((again.split, mode(&again)), (lost.split, pb::CacheMode::Write));
     // Returned unfinished: the next lease writes it again.

@@ -1,0 +1,126 @@
+//! Demand-driven leasing ([`super::demand`]): the workers produce for the jobs whose consumers
+//! ask for data or read, and never for jobs joined by clients that do not read. The clock is
+//! data: each call gets its `now`.
+
+use super::*;
+use granary_proto::v1 as pb;
+
+fn setup(splits: usize) -> (State, String) {
+    let mut s = State::new(Timing::default(), 1);
+    let facts = PipelineFacts {
+        manifest_json: "{}".into(),
+        base_dir: "/".into(),
+        counts: vec![10; splits],
+        counts_known: true,
+        batch: 5,
+        epochs: 1,
+        drop_remainder: false,
+        shuffle: false,
+        seed: 1,
+        mixing: None,
+    };
+    s.register_pipeline("p", facts).unwrap();
+    let req = pb::RegisterWorkerRequest { address: "127.0.0.1:1".into(), ..Default::default() };
+    let w = s.register_worker(&req, 0).unwrap().0;
+    (s, w)
+}
+
+fn join(s: &mut State, job: &str, now: u64) -> pb::RegisterClientResponse {
+    let req = pb::RegisterClientRequest { pipeline: "p".into(), job: job.into(), ..Default::default() };
+    s.register_client(&req, now).unwrap()
+}
+
+fn beat(s: &mut State, c: &pb::RegisterClientResponse, delivered: u64, wants_data: bool, now: u64) {
+    let req = pb::ClientHeartbeatRequest {
+        client_id: c.client_id.clone(),
+        pipeline: "p".into(),
+        job: c.job.clone(),
+        delivered,
+        wants_data,
+        ..Default::default()
+    };
+    s.client_heartbeat(&req, now).unwrap();
+}
+
+#[test]
+fn clients_that_join_and_never_read_get_no_splits_and_a_reading_trainer_gets_all() {
+    let (mut s, w) = setup(40);
+    let trainer = join(&mut s, "train", 0);
+    let bogus: Vec<_> = (0..50).map(|i| join(&mut s, &format!("bogus-{i}"), 0)).collect();
+    for b in &bogus {
+        beat(&mut s, b, 0, false, 1);
+    }
+    beat(&mut s, &trainer, 0, true, 1);
+    for _ in 0..20 {
+        let lease = s.lease(&w, 2).unwrap().expect("the trainer's job has splits to produce");
+        assert_eq!(lease.job, "train", "a job nobody reads is not produced for");
+    }
+    // Once the trainer holds enough and stops reading, nothing is produced at all.
+    beat(&mut s, &trainer, 4, false, 3);
+    let stalled = 3 + 10 * u64::from(Timing::default().heartbeat_ms);
+    assert!(s.lease(&w, stalled).unwrap().is_none());
+}
+
+#[test]
+fn a_consumer_is_served_from_its_registration_while_it_asks_or_reads() {
+    let (mut s, w) = setup(40);
+    let hb = u64::from(Timing::default().heartbeat_ms);
+    let c = join(&mut s, "train", 0);
+    assert!(s.lease(&w, 0).unwrap().is_some(), "a new consumer is served before its first heartbeat");
+    assert!(s.lease(&w, 4 * hb).unwrap().is_none(), "a registration alone asks for a while only");
+    beat(&mut s, &c, 0, true, 4 * hb);
+    assert!(s.lease(&w, 4 * hb).unwrap().is_some(), "asking for data is served");
+    assert!(s.lease(&w, 8 * hb).unwrap().is_none(), "a consumer that went silent is not");
+    // Reading (its delivered count moves on) keeps it served for a while without asking.
+    beat(&mut s, &c, 3, false, 10 * hb);
+    assert!(s.lease(&w, 19 * hb).unwrap().is_some());
+    assert!(s.lease(&w, 20 * hb).unwrap().is_none(), "a consumer that stopped reading is not served");
+    beat(&mut s, &c, 3, true, 30 * hb);
+    assert!(s.lease(&w, 30 * hb).unwrap().is_some(), "until it asks again");
+}
+
+#[test]
+fn replays_for_a_resumed_consumer_are_served() {
+    let (mut s, w) = setup(4);
+    let c = join(&mut s, "train", 0);
+    let lease = s.lease(&w, 0).unwrap().unwrap();
+    beat(&mut s, &c, 0, false, 100);
+    // The consumer resumes from nothing delivered: its registration asks for the replay.
+    let resume = pb::ResumePoint { epoch: 0, delivered: vec![], plan_fingerprint: c.plan_fingerprint };
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        job: "train".into(),
+        consumer_index: Some(0),
+        resume: Some(resume),
+        ..Default::default()
+    };
+    s.register_client(&req, 200).unwrap();
+    let replay = s.lease(&w, 200).unwrap().unwrap();
+    assert_eq!((replay.split, replay.only_consumer), (lease.split, Some(0)));
+}
+
+/// Every consumer of every job heartbeats at `now`, asking for data, at the position it reported:
+/// what live trainers do while a test's clock jumps past their registration.
+pub(super) fn asking(s: &mut State, now: u64) {
+    let mut beats = Vec::new();
+    for (pipeline, p) in &s.pipelines {
+        for (job, j) in &p.jobs {
+            for (index, c) in &j.consumers {
+                beats.push(pb::ClientHeartbeatRequest {
+                    client_id: c.client_id.clone(),
+                    pipeline: pipeline.clone(),
+                    job: job.clone(),
+                    consumer_index: *index,
+                    epoch: c.epoch,
+                    delivered: c.delivered,
+                    finished: c.finished,
+                    wants_data: true,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    for beat in beats {
+        s.client_heartbeat(&beat, now).unwrap();
+    }
+}
