@@ -218,10 +218,11 @@ async fn bogus(i: usize, dispatcher: String, worker: String, end: Instant, tally
 }
 
 #[test]
-#[ignore = "fails today: the trainer reads nothing under attack. The dispatcher leases splits \
-            round-robin over every job, and the bogus jobs (consumers that heartbeat but never \
-            read) get their turns: the worker computes their splits and its producer waits on \
-            their full queues. Leasing must follow what each job's consumers drain first."]
+#[ignore = "fails today at about 0.4 of the quiet throughput (1,034 of 2,618 elements/s on a 2-core \
+            machine): the workers no longer compute for jobs nobody reads, and no job's full queue \
+            holds the others, but the attack's own load (about 1,000 heartbeats and 200 stream opens \
+            a second, served on the trainer's cores) still takes more than a fifth of the machine. \
+            Where that time goes is not profiled yet."]
 fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
     // 64 images in splits of 8, batches of 8, epochs enough to read through the whole test.
     let data = dataset(64, BATCH as u32, 8, 2_000);
