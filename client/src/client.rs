@@ -21,16 +21,13 @@ use crate::position::Position;
 use crate::ranges::SlotRanges;
 use crate::registration::Registration;
 use crate::replay::{self, ReplayRequest};
-use crate::session::Session;
+use crate::session::{READY_LIMIT, Session};
 use crate::streams::{StreamEvent, WorkerStreams};
 use crate::task::TaskGuard;
 
 /// Stream messages queued between the worker streams and `next()`. Small: a part can be a whole
 /// batch of large tensors, and the HTTP/2 windows buffer more.
 const EVENT_QUEUE: usize = 8;
-
-/// Complete batches assembled ahead of the trainer at most; beyond, the streams are not read.
-pub(crate) const READY_LIMIT: usize = 4;
 
 /// Queued messages handled in one go before a ready batch is returned.
 const DRAIN_LIMIT: usize = 64;
@@ -326,7 +323,7 @@ impl Client {
     /// Handles queued stream messages while few batches are ready.
     fn drain(&mut self) {
         for _ in 0..DRAIN_LIMIT {
-            if self.assembler.ready() >= READY_LIMIT {
+            if self.assembler.ready() >= READY_LIMIT as usize {
                 return;
             }
             match self.events.try_recv() {

@@ -11,6 +11,10 @@ use crate::mode::Mode;
 use crate::position::{POSITION_VERSION, Position};
 use crate::ranges::SlotRanges;
 
+/// Complete batches assembled ahead of the trainer at most; beyond, the streams are not read,
+/// and below, heartbeats ask for data.
+pub(crate) const READY_LIMIT: u32 = 4;
+
 /// The consumer, as the dispatcher registered it.
 #[derive(Debug, Clone)]
 pub(crate) struct Consumer {
@@ -183,7 +187,7 @@ impl Session {
             delivered: progress.delivered.count(),
             metrics: Some(metrics),
             finished: progress.finished,
-            wants_data: !progress.finished && buffered < crate::client::READY_LIMIT as u32,
+            wants_data: !progress.finished && buffered < READY_LIMIT,
         }
     }
 }
