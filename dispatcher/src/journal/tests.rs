@@ -1,7 +1,7 @@
 //! The journal on a local folder: reopening, compaction, the first layout, and fencing.
 
-use super::*;
 use super::commit::RECORD_INTERVAL;
+use super::*;
 use crate::plan::Mode;
 
 fn job(n: u32) -> Event {
