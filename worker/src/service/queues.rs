@@ -21,7 +21,7 @@ use futures::Stream;
 use granary_proto::v1::{BatchPart, SplitEnd, StreamMessage, stream_message};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, mpsc};
 
@@ -98,9 +98,12 @@ struct State {
 }
 
 impl State {
-    fn clear(&mut self) {
+    /// Empties the queue; true when it was backed up (held `capacity` parts or more).
+    fn clear(&mut self, capacity: usize) -> bool {
+        let backed_up = self.parts >= capacity;
         self.entries.clear();
         self.parts = 0;
+        backed_up
     }
 }
 
@@ -134,8 +137,30 @@ pub struct Queues {
     next_stream: AtomicU64,
     closed: AtomicBool,
     taken: Arc<Taken>,
+    backlog: Arc<Backlog>,
+}
+
+/// Where the queues tell that they backed up or drained.
+#[derive(Default)]
+struct Backlog {
+    /// Queues holding their capacity of parts or more, counted as they cross it (under their
+    /// own lock): while none is, asking which jobs are backed up looks at no queue.
+    queues: AtomicUsize,
     /// Woken when a backed-up queue drains below its capacity, or is emptied.
-    room: Arc<Notify>,
+    room: Notify,
+}
+
+impl Backlog {
+    /// A queue reached its capacity.
+    fn filled(&self) {
+        self.queues.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A backed-up queue drained below its capacity or was emptied.
+    fn drained(&self) {
+        self.queues.fetch_sub(1, Ordering::AcqRel);
+        self.room.notify_waiters();
+    }
 }
 
 /// The messages of one `StreamBatches` call.
@@ -150,7 +175,7 @@ impl Queues {
             next_stream: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             taken: Arc::new(Taken::default()),
-            room: Arc::new(Notify::new()),
+            backlog: Arc::default(),
         }
     }
 
@@ -163,7 +188,7 @@ impl Queues {
     /// for a lease again then. Enable it before reading [`Queues::backed_up_jobs`], so that no
     /// drain in between is missed.
     pub fn room(&self) -> tokio::sync::futures::Notified<'_> {
-        self.room.notified()
+        self.backlog.room.notified()
     }
 
     /// What streams took so far.
@@ -223,30 +248,28 @@ impl Queues {
     /// `(pipeline, job)` of the queues holding messages, at most `limit`: the jobs the
     /// dispatcher is asked about besides those of the held leases.
     pub fn queued_jobs(&self, limit: usize) -> Vec<(String, String)> {
-        let queues = self.map();
-        let mut jobs = BTreeSet::new();
-        for (key, queue) in queues.iter() {
-            if jobs.len() >= limit {
-                break;
-            }
-            if !queue.lock().entries.is_empty() {
-                jobs.insert((key.pipeline.clone(), key.job.clone()));
-            }
-        }
-        jobs.into_iter().collect()
+        self.jobs_where(limit, |state| !state.entries.is_empty())
     }
 
     /// `(pipeline, job)` of the queues holding at least their capacity of parts, at most
     /// `limit`: the dispatcher leases this worker none of their splits until they drain. A
     /// consumer reported gone drops what is routed to it, so its queue never backs up.
     pub fn backed_up_jobs(&self, limit: usize) -> Vec<(String, String)> {
+        if self.backlog.queues.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        self.jobs_where(limit, |state| state.parts >= self.capacity)
+    }
+
+    /// `(pipeline, job)` of the queues whose state passes `keep`, at most `limit`, in order.
+    fn jobs_where(&self, limit: usize, keep: impl Fn(&State) -> bool) -> Vec<(String, String)> {
         let queues = self.map();
         let mut jobs = BTreeSet::new();
         for (key, queue) in queues.iter() {
             if jobs.len() >= limit {
                 break;
             }
-            if queue.lock().parts >= self.capacity {
+            if keep(&queue.lock()) {
                 jobs.insert((key.pipeline.clone(), key.job.clone()));
             }
         }
@@ -277,6 +300,9 @@ impl Queues {
                 _token: None,
             });
             state.parts += 1;
+            if state.parts == self.capacity {
+                self.backlog.filled();
+            }
             drop(state);
             queue.ready.notify_waiters();
             Pushed::Queued
@@ -330,7 +356,7 @@ impl Queues {
             id,
             taken: Arc::clone(&self.taken),
             capacity: self.capacity,
-            room: Arc::clone(&self.room),
+            backlog: Arc::clone(&self.backlog),
         };
         Box::pin(futures::stream::unfold(attached, |attached| async move {
             let message = next_message(&attached).await?;
@@ -345,14 +371,13 @@ impl Queues {
             let dropped = state.parts;
             state.gone = true;
             state.stream = 0;
-            state.clear();
+            if state.clear(self.capacity) {
+                self.backlog.drained();
+            }
             drop(state);
             queue.ready.notify_waiters();
             dropped
         });
-        if dropped >= self.capacity {
-            self.room.notify_waiters();
-        }
         if dropped > 0 {
             tracing::info!(consumer = %key, parts = dropped, "consumer gone; dropped its queued parts");
         }
@@ -365,11 +390,13 @@ impl Queues {
             {
                 let mut state = queue.lock();
                 state.closed = true;
-                state.clear();
+                if state.clear(self.capacity) {
+                    self.backlog.queues.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             queue.ready.notify_waiters();
         }
-        self.room.notify_waiters();
+        self.backlog.room.notify_waiters();
     }
 
     /// Parts queued, all queues together, and their capacity.
@@ -388,7 +415,7 @@ struct Attached {
     taken: Arc<Taken>,
     /// The queues' capacity, and where to say that a backed-up queue drained below it.
     capacity: usize,
-    room: Arc<Notify>,
+    backlog: Arc<Backlog>,
 }
 
 impl Drop for Attached {
@@ -402,7 +429,7 @@ impl Drop for Attached {
 
 /// The next message for the stream, or `None` once the stream was replaced or the queues closed.
 async fn next_message(attached: &Attached) -> Option<StreamMessage> {
-    let Attached { queue, id, taken, capacity, room } = attached;
+    let Attached { queue, id, taken, capacity, backlog } = attached;
     let (id, capacity) = (*id, *capacity);
     loop {
         let notified = queue.ready.notified();
@@ -420,7 +447,7 @@ async fn next_message(attached: &Attached) -> Option<StreamMessage> {
                     taken.parts.fetch_add(1, Ordering::Relaxed);
                     taken.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
                     if state.parts + 1 == capacity {
-                        room.notify_waiters();
+                        backlog.drained();
                     }
                 }
                 drop(state);
@@ -503,6 +530,14 @@ mod tests {
         assert_eq!(got, vec![0, 1, 2, 3, 4], "in order");
         assert_eq!(queues.taken().parts.load(Ordering::Relaxed), 5);
         assert_eq!(queues.taken().bytes.load(Ordering::Relaxed), 15);
+        // Backed up again, then emptied as its consumer goes: counted in and out each time.
+        for lo in 5..8 {
+            queues.push_part(&key(0), part(lo), &never);
+        }
+        assert_eq!(queues.backed_up_jobs(10).len(), 1);
+        queues.mark_gone(&key(0));
+        assert!(queues.backed_up_jobs(10).is_empty());
+        assert_eq!(queues.backlog.queues.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
