@@ -68,6 +68,7 @@ async fn register_again(dispatcher: &mut Dispatcher, session: &Session, streams:
         consumer_index: Some(consumer.consumer_index),
         num_consumers: consumer.num_consumers,
         resume: Some(session.resume_point()),
+        wants_data: session.wants_data(),
     };
     match dispatcher::register(dispatcher, &session.address, session.tls().is_some(), request).await {
         Ok(response) => {

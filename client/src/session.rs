@@ -170,9 +170,16 @@ impl Session {
         }
     }
 
-    /// A heartbeat with the progress and the metrics since the last one. It asks for data while
-    /// the client holds fewer complete batches than it assembles ahead: the dispatcher has the
-    /// workers produce for a job only while one of its consumers asks or reads.
+    /// Whether the consumer asks for data: it holds fewer complete batches than it assembles
+    /// ahead and has epochs left. The dispatcher has the workers produce for a job only while
+    /// one of its consumers asks or reads.
+    pub(crate) fn wants_data(&self) -> bool {
+        let progress = self.progress();
+        !progress.finished && progress.buffered < READY_LIMIT
+    }
+
+    /// A heartbeat with the progress and the metrics since the last one; it asks for data as
+    /// [`Session::wants_data`] says.
     pub(crate) fn heartbeat(&self) -> ClientHeartbeatRequest {
         let client_id = self.client_id();
         let mut progress = self.progress();

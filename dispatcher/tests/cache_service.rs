@@ -132,7 +132,12 @@ async fn a_profile_reads_what_the_store_holds_and_eviction_keeps_it() {
     // The first read lease touches the entry.
     let w = pb::RegisterWorkerRequest { address: "127.0.0.1:1".into(), ..Default::default() };
     let worker_id = d.register_worker(Request::new(w)).await.unwrap().into_inner().worker_id;
-    let c = pb::RegisterClientRequest { pipeline: "p".into(), num_consumers: 1, ..Default::default() };
+    let c = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        num_consumers: 1,
+        wants_data: true,
+        ..Default::default()
+    };
     d.register_client(Request::new(c)).await.unwrap();
     let lease = d
         .lease_split(Request::new(pb::LeaseSplitRequest { worker_id, ..Default::default() }))

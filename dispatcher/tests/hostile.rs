@@ -140,7 +140,12 @@ fn worker(pipeline: &str) -> pb::RegisterWorkerRequest {
 }
 
 fn consumer(pipeline: &str, job: &str) -> pb::RegisterClientRequest {
-    pb::RegisterClientRequest { pipeline: pipeline.into(), job: job.into(), ..Default::default() }
+    pb::RegisterClientRequest {
+        pipeline: pipeline.into(),
+        job: job.into(),
+        wants_data: true,
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -238,7 +238,12 @@ async fn attack(run: &Run, trainer_token: &str) -> Tally {
     // Another tenant: its pipeline, a trainer whose job makes leases, and a worker holding one.
     owner.register_pipeline(register(OTHER, &e2e)).await.expect("the owner registers another pipeline");
     let mut other_trainer = run.as_role(Role::Trainer, OTHER).await;
-    let join = pb::RegisterClientRequest { pipeline: OTHER.into(), job: "x".into(), ..Default::default() };
+    let join = pb::RegisterClientRequest {
+        pipeline: OTHER.into(),
+        job: "x".into(),
+        wants_data: true,
+        ..Default::default()
+    };
     let session = other_trainer.register_client(join).await.expect("the other tenant consumes").into_inner();
     let mut other_worker = run.as_role(Role::Worker, OTHER).await;
     let holder = other_worker.register_worker(worker(OTHER)).await.unwrap().into_inner().worker_id;

@@ -7,6 +7,9 @@
 use super::consumers::MAX_JOBS_PER_PIPELINE;
 use super::{DispatchError, Event, Job, State};
 
+/// Most jobs nothing was produced for that a full pipeline collects at once to make room.
+pub(crate) const UNPRODUCED_BATCH: usize = MAX_JOBS_PER_PIPELINE / 16;
+
 impl Job {
     /// Whether a consumer still reads the job: registered, and neither gone nor finished.
     pub(crate) fn read(&self) -> bool {
@@ -35,7 +38,11 @@ impl State {
     }
 
     fn collect_job(&mut self, pipeline: &str, job: &str) {
-        self.events.push(Event::JobCollected { pipeline: pipeline.to_string(), job: job.to_string() });
+        let journaled =
+            self.pipelines.get(pipeline).and_then(|p| p.jobs.get(job)).is_some_and(|j| j.journaled);
+        if journaled {
+            self.events.push(Event::JobCollected { pipeline: pipeline.to_string(), job: job.to_string() });
+        }
         self.drop_job(pipeline, job);
     }
 
@@ -62,31 +69,48 @@ impl State {
     }
 
     /// Before `job` is created in `pipeline`: at [`MAX_JOBS_PER_PIPELINE`] jobs, collects the one
-    /// idle longest among those unread and silent past the client timeout; refuses when every
-    /// job is read.
+    /// idle longest among those unread and silent past the client timeout; else, up to
+    /// [`UNPRODUCED_BATCH`] of those nothing was ever produced for and no consumer asks data of,
+    /// idle longest first (collecting them loses no progress: a client of one registers again
+    /// and makes it anew; taking a batch, a flood of such joins looks over the jobs once per
+    /// batch, not once per join). Refuses when every job is read or asked for.
     pub(crate) fn make_room_for(&mut self, pipeline: &str, job: &str, now: u64) -> Result<(), DispatchError> {
         let Some(p) = self.pipelines.get(pipeline) else { return Ok(()) };
         if p.jobs.len() < MAX_JOBS_PER_PIPELINE || p.jobs.contains_key(job) {
             return Ok(());
         }
-        let timeout = self.timing.client_timeout_ms;
-        let idlest = p
+        let (timeout, timing) = (self.timing.client_timeout_ms, self.timing);
+        let silent = p
             .jobs
             .iter()
             .filter(|(_, j)| !j.read() && now.saturating_sub(j.last_alive) > timeout)
             .min_by_key(|(_, j)| j.last_alive)
             .map(|(name, _)| name.clone());
-        match idlest {
-            Some(idlest) => {
-                tracing::info!(%pipeline, job = %idlest, "job collected early: its pipeline is full");
-                self.collect_job(pipeline, &idlest);
-                Ok(())
-            }
-            None => Err(DispatchError::ResourceExhausted(format!(
-                "pipeline `{pipeline}` already has {MAX_JOBS_PER_PIPELINE} jobs, each read in the last \
-                 {timeout} ms: the most one pipeline holds; have the trainers of one run share a job \
-                 name, or wait until unread jobs are collected"
-            ))),
+        if let Some(idlest) = silent {
+            tracing::info!(%pipeline, job = %idlest, "job collected early: its pipeline is full");
+            self.collect_job(pipeline, &idlest);
+            return Ok(());
         }
+        let mut unproduced: Vec<(u64, &String)> = p
+            .jobs
+            .iter()
+            .filter(|(_, j)| !j.journaled && !j.wanted(now, &timing))
+            .map(|(name, j)| (j.last_alive, name))
+            .collect();
+        if unproduced.is_empty() {
+            return Err(DispatchError::ResourceExhausted(format!(
+                "pipeline `{pipeline}` already has {MAX_JOBS_PER_PIPELINE} jobs, each read in the last \
+                 {timeout} ms or asking for data: the most one pipeline holds; have the trainers of one \
+                 run share a job name, or wait until unread jobs are collected"
+            )));
+        }
+        let batch = UNPRODUCED_BATCH.min(unproduced.len());
+        unproduced.select_nth_unstable(batch - 1);
+        let names: Vec<String> = unproduced[..batch].iter().map(|(_, name)| (*name).clone()).collect();
+        tracing::info!(%pipeline, jobs = batch, "jobs nothing was produced for collected early: the pipeline is full");
+        for name in names {
+            self.collect_job(pipeline, &name);
+        }
+        Ok(())
     }
 }

@@ -2,7 +2,7 @@
 
 use super::demand::Demand;
 use super::tallies::{SessionSeen, TrainerTotals};
-use super::{Consumer, DispatchError, Event, Job, MixFacts, Replay, SplitStatus, State, check_name};
+use super::{Consumer, DispatchError, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -45,13 +45,15 @@ fn check_job_name(job: &str) -> Result<(), DispatchError> {
 }
 
 impl State {
-    /// Creates a job (journaled) unless it exists.
+    /// Creates a job unless it exists; `journaled` says whether its record is in the journal
+    /// already (a replayed one), else it is written with the job's first lease.
     pub(crate) fn ensure_job(
         &mut self,
         pipeline: &str,
         job: &str,
         mode: Mode,
         consumers: u32,
+        journaled: bool,
     ) -> Result<(), DispatchError> {
         let p = self
             .pipelines
@@ -95,14 +97,9 @@ impl State {
                 trainer: TrainerTotals::default(),
                 failures: BTreeMap::new(),
                 last_alive: 0,
+                journaled,
             },
         );
-        self.events.push(Event::Job {
-            pipeline: pipeline.to_string(),
-            job: job.to_string(),
-            mode,
-            consumers,
-        });
         Ok(())
     }
 
@@ -140,7 +137,7 @@ impl State {
             )));
         }
         self.make_room_for(&req.pipeline, &job_name, now)?;
-        self.ensure_job(&req.pipeline, &job_name, mode, k)?;
+        self.ensure_job(&req.pipeline, &job_name, mode, k, false)?;
         let client_id = self.fresh_id("client");
         let p = self
             .pipelines
@@ -206,7 +203,7 @@ impl State {
                 gone: false,
                 metrics: None,
                 seen: SessionSeen::default(),
-                demand: Demand::registered(now, &self.timing),
+                demand: Demand::registered(now, req.wants_data, &self.timing),
             },
         );
         let workers = self.workers_of(&req.pipeline);

@@ -1,21 +1,18 @@
 //! Demand: which jobs the workers produce for now.
 //!
-//! A job's splits are leased only while one of its consumers asks for data: it registered a
-//! moment ago, its latest heartbeat said it wants data (`wants_data`: fewer complete batches
-//! buffered than it reads ahead), or it delivered a batch lately. A consumer that registers and
-//! never reads stops costing the workers anything at its first heartbeat; one that stalls (a
-//! trainer writing a checkpoint) holds what was produced for it, and no more is produced until it
-//! reads again or runs low. Without this rule every job got its turn in the lease order, and a
+//! A job's splits are leased only while one of its consumers asks for data: its registration or
+//! its latest heartbeat said it wants data (`wants_data`: fewer complete batches buffered than it
+//! reads ahead), or it delivered a batch lately. A consumer that registers without asking and
+//! never reads costs the workers nothing; one that stalls (a trainer writing a checkpoint) holds
+//! what was produced for it, and no more is produced until it reads again or runs low. Without this rule every job got its turn in the lease order, and a
 //! thousand clients that joined jobs they never read made the workers compute for them and
 //! wait on their full queues while a real trainer starved.
 
 use super::{Consumer, Job, Timing};
 
-/// How long a registration counts as asking for data before the consumer's first heartbeat
-/// says what it wants, in heartbeat intervals.
-const REGISTERED_WANTS: u64 = 4;
-/// How long a heartbeat's `wants_data` holds without another one, in heartbeat intervals: a
-/// consumer that asked and then went silent (it crashed) stops being produced for.
+/// How long a registration's or a heartbeat's `wants_data` holds without another heartbeat, in
+/// heartbeat intervals: a consumer that asked and then went silent (it crashed) stops being
+/// produced for.
 const WANT_HOLDS: u64 = 4;
 /// How long after its last delivered batch a consumer counts as reading, in heartbeat
 /// intervals: a trainer that reads steadily is produced for ahead of its buffer running low.
@@ -37,9 +34,12 @@ pub(crate) struct Demand {
 }
 
 impl Demand {
-    /// A consumer that registered at `now`: it will read at once.
-    pub(crate) fn registered(now: u64, timing: &Timing) -> Demand {
-        Demand { wants_until: now.saturating_add(timing.intervals(REGISTERED_WANTS)), progressed_at: None }
+    /// A consumer that registered at `now`; `wants` is its registration's `wants_data` (it
+    /// reads at once).
+    pub(crate) fn registered(now: u64, wants: bool, timing: &Timing) -> Demand {
+        let mut demand = Demand::default();
+        demand.heartbeat(now, wants, false, timing);
+        demand
     }
 
     /// A heartbeat at `now`: `wants` is its `wants_data`, `progressed` whether it delivered more
@@ -77,11 +77,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_registration_asks_until_the_first_heartbeat_says_otherwise() {
+    fn a_registration_asks_only_when_it_says_so_and_until_a_heartbeat_says_otherwise() {
         let timing = Timing::default();
-        let mut d = Demand::registered(1_000, &timing);
+        assert!(!Demand::registered(1_000, false, &timing).asks(1_000, &timing), "an idle registration");
+        let mut d = Demand::registered(1_000, true, &timing);
         assert!(d.asks(1_000, &timing) && d.asks(2_000, &timing));
-        assert!(!d.asks(1_000 + timing.intervals(REGISTERED_WANTS), &timing), "a registration alone expires");
+        assert!(!d.asks(1_000 + timing.intervals(WANT_HOLDS), &timing), "a registration alone expires");
         d.heartbeat(1_100, false, false, &timing);
         assert!(
             !d.asks(1_100, &timing),
@@ -92,7 +93,7 @@ mod tests {
     #[test]
     fn wanting_holds_a_while_and_reading_keeps_a_consumer_served() {
         let timing = Timing::default();
-        let mut d = Demand::registered(0, &timing);
+        let mut d = Demand::registered(0, true, &timing);
         d.heartbeat(500, true, false, &timing);
         assert!(d.asks(500 + timing.intervals(WANT_HOLDS) - 1, &timing));
         assert!(!d.asks(500 + timing.intervals(WANT_HOLDS), &timing), "a silent consumer stops asking");

@@ -154,7 +154,7 @@ impl State {
             }
             Event::PipelineRemoved { name } => self.drop_pipeline(name),
             Event::Job { pipeline, job, mode, consumers } => {
-                if let Err(e) = self.ensure_job(pipeline, job, *mode, *consumers) {
+                if let Err(e) = self.ensure_job(pipeline, job, *mode, *consumers, true) {
                     tracing::warn!("journal: job `{job}` of `{pipeline}` skipped: {e}");
                 }
             }
@@ -253,7 +253,8 @@ impl State {
                     epoch: c.epoch,
                 });
             }
-            for (job, j) in &p.jobs {
+            // A job with no record yet has no progress either (see `Job::journaled`).
+            for (job, j) in p.jobs.iter().filter(|(_, j)| j.journaled) {
                 out.push(Event::Job {
                     pipeline: name.clone(),
                     job: job.clone(),

@@ -158,13 +158,17 @@ impl State {
             .filter(|(name, p)| filter.as_deref().is_none_or(|f| f == name.as_str()) && p.failed.is_none())
             .map(|(name, _)| name.clone())
             .collect();
+        // Only the jobs asked for are taken in turn: the others, however many, cost a look each
+        // and no copy.
+        let timing = self.timing;
         let mut jobs: Vec<(String, String)> = Vec::new();
         for name in names {
             self.cache_profile_timeout(&name, now);
             if let Some(p) = self.pipelines.get(&name) {
-                for job in p.jobs.keys().filter(|job| !avoid.contains(&(name.as_str(), job.as_str()))) {
-                    jobs.push((name.clone(), job.clone()));
-                }
+                let asked = p.jobs.iter().filter(|(job, j)| {
+                    !avoid.contains(&(name.as_str(), job.as_str())) && j.wanted(now, &timing)
+                });
+                jobs.extend(asked.map(|(job, _)| (name.clone(), job.clone())));
             }
         }
         if jobs.is_empty() {
@@ -230,6 +234,17 @@ impl State {
                 let job = p.jobs.get_mut(job_name);
                 match job {
                     Some(job) => {
+                        // The job's record goes before anything produced for it (see
+                        // `Job::journaled`).
+                        if !job.journaled {
+                            job.journaled = true;
+                            self.events.push(Event::Job {
+                                pipeline: pipeline.to_string(),
+                                job: job_name.to_string(),
+                                mode: job.mode,
+                                consumers: job.settings.consumers,
+                            });
+                        }
                         let consumers = job.settings.consumers;
                         let read = job.settings.listed_split(replay.split);
                         let listed = job.settings.counts.get(read as usize).copied().unwrap_or(0);

@@ -301,6 +301,11 @@ pub(crate) struct Job {
     /// When a consumer last registered or heartbeat (the state's clock; 0 on replay, so a
     /// restarted dispatcher gives every job a full [`Timing::job_gc_ms`] to be claimed again).
     pub(crate) last_alive: u64,
+    /// Whether the job's record is in the journal. It is written with the job's first lease:
+    /// until then nothing was produced for the job, so it holds nothing a restarted dispatcher
+    /// must keep (its consumers register again and make it anew), and a job that is joined and
+    /// never read costs no journal write, neither made nor collected.
+    pub(crate) journaled: bool,
 }
 
 impl Job {

@@ -23,6 +23,7 @@ fn client(state: &mut State, index: u32, k: u32, now: u64) -> pb::RegisterClient
         pipeline: "p".into(),
         num_consumers: k,
         consumer_index: Some(index),
+        wants_data: true,
         ..Default::default()
     };
     state.register_client(&req, now).unwrap()
@@ -144,6 +145,7 @@ fn resume_replays_produced_splits_for_that_consumer_only() {
         consumer_index: Some(0),
         num_consumers: 1,
         resume: Some(resume),
+        wants_data: true,
         ..Default::default()
     };
     s.register_client(&req, 10).unwrap();
@@ -228,6 +230,7 @@ fn refusals_say_what_is_wrong() {
         pipeline: "p".into(),
         num_consumers: 2,
         consumer_index: Some(5),
+        wants_data: true,
         ..Default::default()
     };
     assert!(matches!(s.register_client(&req, 0), Err(DispatchError::InvalidArgument(_))));

@@ -2,6 +2,7 @@
 //! are capped, and workers hear only of the consumers of the jobs they produce for. The clock is
 //! data: each call gets its `now`.
 
+use super::collect::UNPRODUCED_BATCH;
 use super::*;
 use granary_proto::v1 as pb;
 
@@ -34,7 +35,12 @@ fn setup() -> State {
 }
 
 fn join(s: &mut State, job: &str, now: u64) -> Result<pb::RegisterClientResponse, DispatchError> {
-    let req = pb::RegisterClientRequest { pipeline: "p".into(), job: job.into(), ..Default::default() };
+    let req = pb::RegisterClientRequest {
+        pipeline: "p".into(),
+        job: job.into(),
+        wants_data: true,
+        ..Default::default()
+    };
     s.register_client(&req, now)
 }
 
@@ -102,6 +108,34 @@ fn an_unread_job_is_collected_after_the_timeout_and_stays_collected_after_a_rest
 }
 
 #[test]
+fn a_job_is_journaled_with_its_first_lease_and_one_never_leased_leaves_no_record() {
+    let mut s = setup();
+    let idle = join(&mut s, "idle", 0).unwrap();
+    beat(&mut s, &idle, false, 1);
+    let read = join(&mut s, "read", 1).unwrap();
+    assert!(s.take_events().is_empty(), "joining writes nothing");
+    assert!(!s.snapshot_events().iter().any(|e| matches!(e, Event::Job { .. })));
+    let w = worker(&mut s, 1);
+    let lease = s.lease(&w, 1).unwrap().unwrap();
+    assert_eq!(lease.job, "read");
+    let events = s.take_events();
+    assert!(matches!(&events[..], [Event::Job { job, .. }] if job == "read"), "{events:?}");
+    assert!(s.lease(&w, 1).unwrap().is_some());
+    assert!(s.take_events().is_empty(), "the record is written once");
+    // A restart from the journal knows the job that was leased, and not the idle one.
+    let mut t = State::new(timing(), 2);
+    for e in &s.snapshot_events() {
+        t.apply(e);
+    }
+    assert_eq!(jobs(&t), vec!["read"]);
+    // Collecting the idle job writes nothing either.
+    beat(&mut s, &read, false, 2 + GC_MS);
+    s.expire(2 + GC_MS);
+    assert_eq!(jobs(&s), vec!["read"]);
+    assert!(collected(&s.take_events()).is_empty());
+}
+
+#[test]
 fn a_job_a_trainer_reads_is_never_collected() {
     let mut s = setup();
     let c = join(&mut s, "a", 0).unwrap();
@@ -129,6 +163,10 @@ fn a_finished_job_goes_once_its_trainers_stop_and_a_replayed_one_gets_a_full_tim
     let mut s = setup();
     join(&mut s, "a", 0).unwrap();
     join(&mut s, "b", 0).unwrap();
+    // A lease of each puts both jobs in the journal (see `Job::journaled`).
+    let w = worker(&mut s, 0);
+    let leased: Vec<String> = (0..2).filter_map(|_| s.lease(&w, 0).unwrap()).map(|l| l.job).collect();
+    assert_eq!(leased, vec!["a", "b"]);
     let mut t = State::new(timing(), 2);
     for e in &s.snapshot_events() {
         t.apply(e);
@@ -154,6 +192,7 @@ fn names_and_counts_are_capped_with_the_limit_and_the_fix_named() {
     let req = pb::RegisterClientRequest {
         pipeline: "p".into(),
         num_consumers: MAX_CONSUMERS + 1,
+        wants_data: true,
         ..Default::default()
     };
     let e = s.register_client(&req, 0).unwrap_err();
@@ -180,6 +219,12 @@ fn a_full_pipeline_refuses_new_jobs_until_one_is_unread() {
     for i in 0..MAX_JOBS_PER_PIPELINE {
         trainers.push(join(&mut s, &format!("job-{i:04}"), i as u64).unwrap());
     }
+    // Each job gets a split produced: every one has progress to keep.
+    let w = worker(&mut s, 1_024);
+    for _ in 0..MAX_JOBS_PER_PIPELINE {
+        s.lease(&w, 1_024).unwrap().unwrap();
+    }
+    assert!(s.pipelines["p"].jobs.values().all(|j| j.journaled));
     let e = join(&mut s, "one-more", 2_000).unwrap_err();
     assert!(matches!(e, DispatchError::ResourceExhausted(_)), "{e:?}");
     assert!(e.to_string().contains("1024 jobs") && e.to_string().contains("share a job name"), "{e}");
@@ -189,6 +234,7 @@ fn a_full_pipeline_refuses_new_jobs_until_one_is_unread() {
         job: "job-0000".into(),
         consumer_index: Some(0),
         num_consumers: 1,
+        wants_data: true,
         ..Default::default()
     };
     s.register_client(&takeover, 2_000).unwrap();
@@ -207,6 +253,38 @@ fn a_full_pipeline_refuses_new_jobs_until_one_is_unread() {
     let e = join(&mut s, "three-more", now).unwrap_err();
     assert!(matches!(e, DispatchError::ResourceExhausted(_)), "{e:?}");
     assert_eq!(jobs(&s).len(), MAX_JOBS_PER_PIPELINE);
+}
+
+#[test]
+fn a_full_pipeline_makes_room_by_collecting_a_job_nothing_was_produced_for_and_nobody_asks_for() {
+    let mut s = setup();
+    let mut idle = Vec::new();
+    for i in 0..MAX_JOBS_PER_PIPELINE {
+        // Joined without asking for data, heartbeating without asking: never produced for.
+        let req = pb::RegisterClientRequest {
+            pipeline: "p".into(),
+            job: format!("idle-{i:04}"),
+            ..Default::default()
+        };
+        idle.push(s.register_client(&req, i as u64).unwrap());
+    }
+    for c in &idle[1..] {
+        beat(&mut s, c, false, 2_000);
+    }
+    s.take_events();
+    let trainer = join(&mut s, "train", 2_000).unwrap();
+    let held = jobs(&s);
+    assert_eq!(held.len(), MAX_JOBS_PER_PIPELINE - UNPRODUCED_BATCH + 1, "a batch of them makes room");
+    let gone: Vec<String> = (0..UNPRODUCED_BATCH).map(|i| format!("idle-{i:04}")).collect();
+    assert!(!held.iter().any(|j| gone.contains(j)), "the idle longest go (then by name)");
+    assert!(held.iter().any(|j| j == &format!("idle-{UNPRODUCED_BATCH:04}")));
+    assert!(s.take_events().is_empty(), "a job never produced for goes without a record");
+    // A job that asks for data is kept, and so is one with progress.
+    let w = worker(&mut s, 2_000);
+    assert_eq!(s.lease(&w, 2_000).unwrap().unwrap().job, "train");
+    beat(&mut s, &trainer, false, 2_001);
+    join(&mut s, "another", 2_001).unwrap();
+    assert!(jobs(&s).iter().any(|j| j == "train"));
 }
 
 #[test]

@@ -28,6 +28,7 @@ fn setup(consumers: u32) -> (State, String) {
             pipeline: "p".into(),
             num_consumers: consumers,
             consumer_index: Some(index),
+            wants_data: true,
             ..Default::default()
         };
         s.register_client(&req, 0).unwrap();

@@ -25,9 +25,16 @@ fn setup(splits: usize) -> (State, String) {
     (s, w)
 }
 
-fn join(s: &mut State, job: &str, now: u64) -> pb::RegisterClientResponse {
-    let req = pb::RegisterClientRequest { pipeline: "p".into(), job: job.into(), ..Default::default() };
+/// Joins `job`; `wants_data` as a registration says it.
+fn join_asking(s: &mut State, job: &str, wants_data: bool, now: u64) -> pb::RegisterClientResponse {
+    let req =
+        pb::RegisterClientRequest { pipeline: "p".into(), job: job.into(), wants_data, ..Default::default() };
     s.register_client(&req, now).unwrap()
+}
+
+/// Joins `job` as the clients do: reading at once.
+fn join(s: &mut State, job: &str, now: u64) -> pb::RegisterClientResponse {
+    join_asking(s, job, true, now)
 }
 
 fn beat(s: &mut State, c: &pb::RegisterClientResponse, delivered: u64, wants_data: bool, now: u64) {
@@ -46,8 +53,10 @@ fn beat(s: &mut State, c: &pb::RegisterClientResponse, delivered: u64, wants_dat
 fn clients_that_join_and_never_read_get_no_splits_and_a_reading_trainer_gets_all() {
     let (mut s, w) = setup(40);
     let trainer = join(&mut s, "train", 0);
-    let bogus: Vec<_> = (0..50).map(|i| join(&mut s, &format!("bogus-{i}"), 0)).collect();
-    for b in &bogus {
+    // Half of the idle clients said at registration that they read, and then that they do not;
+    // the other half never said it.
+    let bogus: Vec<_> = (0..50).map(|i| join_asking(&mut s, &format!("bogus-{i}"), i % 2 == 0, 0)).collect();
+    for b in bogus.iter().step_by(2) {
         beat(&mut s, b, 0, false, 1);
     }
     beat(&mut s, &trainer, 0, true, 1);
@@ -65,6 +74,8 @@ fn clients_that_join_and_never_read_get_no_splits_and_a_reading_trainer_gets_all
 fn a_consumer_is_served_from_its_registration_while_it_asks_or_reads() {
     let (mut s, w) = setup(40);
     let hb = u64::from(Timing::default().heartbeat_ms);
+    join_asking(&mut s, "idle", false, 0);
+    assert!(s.lease(&w, 0).unwrap().is_none(), "a registration that does not ask is not served");
     let c = join(&mut s, "train", 0);
     assert!(s.lease(&w, 0).unwrap().is_some(), "a new consumer is served before its first heartbeat");
     assert!(s.lease(&w, 4 * hb).unwrap().is_none(), "a registration alone asks for a while only");
@@ -92,6 +103,7 @@ fn replays_for_a_resumed_consumer_are_served() {
         job: "train".into(),
         consumer_index: Some(0),
         resume: Some(resume),
+        wants_data: true,
         ..Default::default()
     };
     s.register_client(&req, 200).unwrap();

@@ -29,6 +29,7 @@ fn setup(facts: PipelineFacts) -> (State, String) {
         pipeline: "p".into(),
         num_consumers: 1,
         consumer_index: Some(0),
+        wants_data: true,
         ..Default::default()
     };
     s.register_client(&req, 0).unwrap();
@@ -72,6 +73,7 @@ fn failed_attempts_survive_a_restart_and_the_third_fails_the_pipeline() {
             pipeline: "p".into(),
             num_consumers: 1,
             consumer_index: Some(0),
+            wants_data: true,
             ..Default::default()
         };
         restarted.register_client(&req, 0).unwrap();

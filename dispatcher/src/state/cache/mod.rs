@@ -388,7 +388,6 @@ impl State {
     /// profile. Until a decision, its splits are leased to compute: the first worker measures
     /// the profile beside its first splits instead of holding the epoch up.
     pub(crate) fn cache_profile_timeout(&mut self, name: &str, now: u64) {
-        let epoch = self.decision_epoch(name);
         let Some(p) = self.pipelines.get_mut(name) else { return };
         if !p.cache.wants_profile() {
             return;
@@ -398,6 +397,7 @@ impl State {
             return;
         }
         let reason = format!("computing: no cache profile arrived within {} s", PROFILE_WAIT_MS / 1000);
+        let epoch = self.decision_epoch(name);
         self.record_decision(name, Chosen::compute(decided_compute(reason, 0.0), epoch));
     }
 

@@ -71,6 +71,7 @@ pub(super) fn join(s: &mut State, name: &str) {
         pipeline: name.into(),
         num_consumers: 1,
         consumer_index: Some(0),
+        wants_data: true,
         ..Default::default()
     };
     s.register_client(&req, 0).unwrap();
