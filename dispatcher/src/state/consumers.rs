@@ -206,6 +206,9 @@ impl State {
                 demand: Demand::registered(now, req.wants_data, &self.timing),
             },
         );
+        if req.wants_data {
+            p.asked(&job_name);
+        }
         let workers = self.workers_of(&req.pipeline);
         Ok(pb::RegisterClientResponse {
             client_id,
@@ -265,6 +268,7 @@ impl State {
             )));
         }
         job.last_alive = job.last_alive.max(now);
+        let mut asks = false;
         if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
             c.last_seen = now;
             c.gone = false;
@@ -275,7 +279,7 @@ impl State {
             // that is behind what this session already reported must not move it back (a late
             // epoch-start heartbeat would otherwise undo `finished`).
             let progressed = (req.finished, req.epoch, req.delivered) > (c.finished, c.epoch, c.delivered);
-            c.demand.heartbeat(now, req.wants_data, progressed, &timing);
+            asks = c.demand.heartbeat(now, req.wants_data, progressed, &timing);
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
                 c.epoch = req.epoch;
                 c.delivered = req.delivered;
@@ -291,6 +295,9 @@ impl State {
         // Epochs every consumer is past are no longer needed.
         let slowest = job.slowest_epoch(epochs);
         job.epochs.retain(|&e, _| e + 1 >= slowest);
+        if asks && let Some(p) = self.pipelines.get_mut(&req.pipeline) {
+            p.asked(&req.job);
+        }
         let failed = self.failure(&req.pipeline).unwrap_or_default();
         Ok(pb::ClientHeartbeatResponse {
             workers: self.workers_of(&req.pipeline),

@@ -7,8 +7,13 @@
 //! what was produced for it, and no more is produced until it reads again or runs low. Without this rule every job got its turn in the lease order, and a
 //! thousand clients that joined jobs they never read made the workers compute for them and
 //! wait on their full queues while a real trainer starved.
+//!
+//! Time only ends a consumer's asking; only its registration or a heartbeat starts it. So each
+//! pipeline keeps the jobs that a consumer asked of or read for since they were last seen not
+//! asked for ([`Pipeline::asking`]), and leasing looks at those alone: however many jobs sit
+//! idle, a lease costs a look at the jobs asked for.
 
-use super::{Consumer, Job, Timing};
+use super::{Consumer, Job, Pipeline, Timing};
 
 /// How long a registration's or a heartbeat's `wants_data` holds without another heartbeat, in
 /// heartbeat intervals: a consumer that asked and then went silent (it crashed) stops being
@@ -43,12 +48,13 @@ impl Demand {
     }
 
     /// A heartbeat at `now`: `wants` is its `wants_data`, `progressed` whether it delivered more
-    /// than the consumer had reported.
-    pub(crate) fn heartbeat(&mut self, now: u64, wants: bool, progressed: bool, timing: &Timing) {
+    /// than the consumer had reported. True when the consumer asks from now on.
+    pub(crate) fn heartbeat(&mut self, now: u64, wants: bool, progressed: bool, timing: &Timing) -> bool {
         self.wants_until = if wants { now.saturating_add(timing.intervals(WANT_HOLDS)) } else { now };
         if progressed {
             self.progressed_at = Some(now);
         }
+        wants || progressed
     }
 
     /// Whether the consumer asks for data at `now`.
@@ -69,6 +75,23 @@ impl Job {
     /// Whether any consumer of the job asks for data at `now` (see the module's rule).
     pub(crate) fn wanted(&self, now: u64, timing: &Timing) -> bool {
         self.consumers.values().any(|c| c.reading() && c.demand.asks(now, timing))
+    }
+}
+
+impl Pipeline {
+    /// A consumer of `job` asked for data, or read.
+    pub(crate) fn asked(&mut self, job: &str) {
+        if !self.asking.contains(job) {
+            self.asking.insert(job.to_string());
+        }
+    }
+
+    /// The jobs a consumer asks data of at `now`, in name order; those no consumer asks of any
+    /// more are forgotten until one asks again.
+    pub(crate) fn jobs_asked_for(&mut self, now: u64, timing: &Timing) -> Vec<String> {
+        let Pipeline { asking, jobs, .. } = self;
+        asking.retain(|name| jobs.get(name).is_some_and(|j| j.wanted(now, timing)));
+        asking.iter().cloned().collect()
     }
 }
 

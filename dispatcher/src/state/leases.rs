@@ -158,17 +158,15 @@ impl State {
             .filter(|(name, p)| filter.as_deref().is_none_or(|f| f == name.as_str()) && p.failed.is_none())
             .map(|(name, _)| name.clone())
             .collect();
-        // Only the jobs asked for are taken in turn: the others, however many, cost a look each
-        // and no copy.
+        // Only the jobs asked for are taken in turn: the others, however many, cost nothing.
         let timing = self.timing;
         let mut jobs: Vec<(String, String)> = Vec::new();
         for name in names {
             self.cache_profile_timeout(&name, now);
-            if let Some(p) = self.pipelines.get(&name) {
-                let asked = p.jobs.iter().filter(|(job, j)| {
-                    !avoid.contains(&(name.as_str(), job.as_str())) && j.wanted(now, &timing)
-                });
-                jobs.extend(asked.map(|(job, _)| (name.clone(), job.clone())));
+            if let Some(p) = self.pipelines.get_mut(&name) {
+                let asked = p.jobs_asked_for(now, &timing);
+                let open = asked.into_iter().filter(|job| !avoid.contains(&(name.as_str(), job.as_str())));
+                jobs.extend(open.map(|job| (name.clone(), job)));
             }
         }
         if jobs.is_empty() {

@@ -333,13 +333,24 @@ pub(crate) struct Pipeline {
     pub(crate) cache: cache::PipelineCache,
     /// `spec.errors`, and the elements skipped under it (see [`skips`]).
     pub(crate) skips: skips::Skips,
+    /// The jobs a consumer asked data of lately: the only ones leasing looks at (see
+    /// [`demand`]).
+    pub(crate) asking: BTreeSet<String>,
 }
 
 impl Pipeline {
     pub(crate) fn new(facts: PipelineFacts, generation: u64) -> Pipeline {
         let cache = cache::PipelineCache::new(&facts.manifest_json);
         let skips = skips::Skips::new(&facts.manifest_json);
-        Pipeline { facts, generation, jobs: BTreeMap::new(), failed: None, cache, skips }
+        Pipeline {
+            facts,
+            generation,
+            jobs: BTreeMap::new(),
+            failed: None,
+            cache,
+            skips,
+            asking: BTreeSet::new(),
+        }
     }
 }
 

@@ -64,6 +64,8 @@ fn clients_that_join_and_never_read_get_no_splits_and_a_reading_trainer_gets_all
         let lease = s.lease(&w, 2).unwrap().expect("the trainer's job has splits to produce");
         assert_eq!(lease.job, "train", "a job nobody reads is not produced for");
     }
+    let asking: Vec<&String> = s.pipelines["p"].asking.iter().collect();
+    assert_eq!(asking, vec!["train"], "leasing looks no more at the jobs nobody asks of");
     // Once the trainer holds enough and stops reading, nothing is produced at all.
     beat(&mut s, &trainer, 4, false, 3);
     let stalled = 3 + 10 * u64::from(Timing::default().heartbeat_ms);
