@@ -4,9 +4,10 @@
 //! its latest heartbeat said it wants data (`wants_data`: fewer complete batches buffered than it
 //! reads ahead), or it delivered a batch lately. A consumer that registers without asking and
 //! never reads costs the workers nothing; one that stalls (a trainer writing a checkpoint) holds
-//! what was produced for it, and no more is produced until it reads again or runs low. Without this rule every job got its turn in the lease order, and a
-//! thousand clients that joined jobs they never read made the workers compute for them and
-//! wait on their full queues while a real trainer starved.
+//! what was produced for it, and no more is produced until it reads again or runs low. Without
+//! this rule every job got its turn in the lease order, and a thousand clients that joined jobs
+//! they never read made the workers compute for them and wait on their full queues while a real
+//! trainer starved.
 //!
 //! Time only ends a consumer's asking; only its registration or a heartbeat starts it. So each
 //! pipeline keeps the jobs that a consumer asked of or read for since they were last seen not
