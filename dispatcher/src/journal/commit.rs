@@ -1,7 +1,6 @@
 //! Group commit: requests queue their events in the order they changed the state (they queue
 //! while holding the state lock), and one writer at a time appends everything queued as one
-//! record; each request is answered once the record holding its events is durable. Records are
-//! at least [`RECORD_INTERVAL`] apart, so that what queues meanwhile shares one.
+//! record; each request is answered once the record holding its events is durable.
 
 use super::{Journal, JournalError};
 use crate::state::Event;
@@ -18,14 +17,6 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 /// Most attempts at one record, whatever the time.
 const MOST_ATTEMPTS: u32 = 64;
-/// The least time from one record to the next; the changes made meanwhile go into the next one
-/// together. On a store that answers faster than requests arrive, group commit alone writes a
-/// record per change: a worker completing a few hundred small splits a second made as many
-/// objects a second (each a billed PUT on S3; on a local disk a file made and, at compaction,
-/// deleted, which cost the dispatcher a third of its CPU). Spaced out, it writes at most 50 a
-/// second, and a request waits at most this much longer for its record; a record after a
-/// quiet spell is written at once.
-pub(crate) const RECORD_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Events waiting for the writer.
 #[derive(Default)]
@@ -40,8 +31,6 @@ struct Writer {
     journal: Journal,
     /// Every ticket up to this one is durable.
     durable: u64,
-    /// When the last record was written.
-    wrote_at: Option<tokio::time::Instant>,
     /// Why writing stopped for good.
     failed: Option<String>,
 }
@@ -77,7 +66,7 @@ impl Committer {
     ) -> Committer {
         Committer {
             queue: Mutex::default(),
-            writer: tokio::sync::Mutex::new(Writer { journal, durable: 0, wrote_at: None, failed: None }),
+            writer: tokio::sync::Mutex::new(Writer { journal, durable: 0, failed: None }),
             writes: Default::default(),
             halted,
             retry_for,
@@ -124,15 +113,10 @@ impl Committer {
         if writer.durable >= ticket {
             return Ok(());
         }
-        if let Some(wrote_at) = writer.wrote_at {
-            // Everything queued until then joins this record.
-            tokio::time::sleep_until(wrote_at + RECORD_INTERVAL).await;
-        }
         let batch = take(writer.journal.wants_compaction());
         if let Err(e) = self.write(&mut writer.journal, &batch.events).await {
             return Err(self.fail(&mut writer, e));
         }
-        writer.wrote_at = Some(tokio::time::Instant::now());
         writer.durable = batch.last;
         if let Some(state) = batch.snapshot {
             match writer.journal.compact(state).await {

@@ -1,6 +1,5 @@
 //! The journal on a local folder: reopening, compaction, the first layout, and fencing.
 
-use super::commit::RECORD_INTERVAL;
 use super::*;
 use crate::plan::Mode;
 
@@ -107,29 +106,4 @@ async fn a_retried_append_whose_first_attempt_landed_is_not_a_fence() {
     // Different events there are another writer's.
     j.next -= 1;
     assert!(matches!(j.append(&[job(2)]).await, Err(JournalError::Fenced { .. })));
-}
-
-#[tokio::test(start_paused = true)]
-async fn records_are_spaced_and_the_changes_made_meanwhile_share_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = dir.path().display().to_string();
-    let (journal, _) = Journal::open(&url).await.unwrap();
-    let halted = std::sync::Arc::new(tokio::sync::watch::channel(None).0);
-    let committer = std::sync::Arc::new(Committer::new(journal, halted, RETRY_FOR));
-    let commit = |ticket: u64| {
-        let c = std::sync::Arc::clone(&committer);
-        tokio::spawn(async move { c.commit(ticket, |_| c.take(Vec::new(), None)).await })
-    };
-    commit(committer.enqueue(vec![job(1)])).await.unwrap().unwrap();
-    let wrote = tokio::time::Instant::now();
-    // A change right after a record waits for the interval, and one made meanwhile joins it.
-    let second = commit(committer.enqueue(vec![job(2)]));
-    tokio::time::sleep(RECORD_INTERVAL / 2).await;
-    let third = commit(committer.enqueue(vec![job(3)]));
-    second.await.unwrap().unwrap();
-    third.await.unwrap().unwrap();
-    assert!(wrote.elapsed() >= RECORD_INTERVAL);
-    assert_eq!(committer.writes(), (2, 0), "two records for three changes");
-    let (_, events) = Journal::open(&url).await.unwrap();
-    assert_eq!(events, vec![job(1), job(2), job(3)]);
 }
