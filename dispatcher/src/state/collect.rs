@@ -1,8 +1,10 @@
 //! Collecting jobs nobody reads, as tf.data's job GC: a job with no consumer reading it (none
 //! registered, or every one gone or finished) and no client request for
-//! [`super::Timing::job_gc_ms`] goes, with its progress and leases. The collection is journaled,
-//! so a restarted dispatcher does not bring the job back. A pipeline at
-//! [`MAX_JOBS_PER_PIPELINE`] collects its longest-idle unread job early to make room.
+//! [`super::Timing::job_gc_ms`] goes, with its progress and leases. The collection of a journaled
+//! job is journaled, so a restarted dispatcher does not bring it back (a job is journaled with its
+//! first lease; one never leased leaves no record either way). A pipeline at
+//! [`MAX_JOBS_PER_PIPELINE`] collects its longest-idle unread job early to make room, or a batch of
+//! jobs nothing was produced for and nobody asks for (see `State::make_room_for`).
 
 use super::consumers::MAX_JOBS_PER_PIPELINE;
 use super::{DispatchError, Event, Job, State};
@@ -79,7 +81,8 @@ impl State {
         if p.jobs.len() < MAX_JOBS_PER_PIPELINE || p.jobs.contains_key(job) {
             return Ok(());
         }
-        let (timeout, timing) = (self.timing.client_timeout_ms, self.timing);
+        let timing = self.timing;
+        let timeout = timing.client_timeout_ms;
         let silent = p
             .jobs
             .iter()
