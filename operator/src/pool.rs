@@ -35,6 +35,7 @@ pub fn sizing(spec: &InputPipelineSpec) -> Sizing {
                 elements_per_batch: spec.batch.size,
                 worker_cost_per_hour: scaling.worker_cost_per_hour,
                 trainer_cost_per_hour: scaling.trainer_cost_per_hour,
+                idle_after_s: None,
             })
         }
     }

@@ -95,6 +95,10 @@ pub struct PoolConfig {
     pub worker_cost_per_hour: Option<f64>,
     /// Price of one consumer (trainer process with its accelerators) per hour, when known.
     pub trainer_cost_per_hour: Option<f64>,
+    /// With `min_workers: 0`: seconds without any connected consumer after which the pool goes
+    /// to zero workers. `None`: the pool never goes below one worker.
+    #[serde(default)]
+    pub idle_after_s: Option<f64>,
 }
 
 impl Default for PoolConfig {
@@ -105,6 +109,7 @@ impl Default for PoolConfig {
             elements_per_batch: 0,
             worker_cost_per_hour: None,
             trainer_cost_per_hour: None,
+            idle_after_s: None,
         }
     }
 }

@@ -81,6 +81,7 @@ fn config() -> impl Strategy<Value = PoolConfig> {
             elements_per_batch: b,
             worker_cost_per_hour: w,
             trainer_cost_per_hour: t,
+            idle_after_s: None,
         })
 }
 
@@ -249,6 +250,7 @@ impl Stationary {
                 elements_per_batch: 256,
                 worker_cost_per_hour: w,
                 trainer_cost_per_hour: t,
+                idle_after_s: None,
             },
         }
     }

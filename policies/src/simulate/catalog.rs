@@ -54,6 +54,7 @@ fn base(name: &str, description: &str) -> Scenario {
             elements_per_batch: BATCH,
             worker_cost_per_hour: None,
             trainer_cost_per_hour: None,
+            idle_after_s: None,
         },
         tick_s: 1.0,
         policy_period_s: 5.0,
