@@ -32,6 +32,12 @@
 //! * **Start-up**: while fewer workers run than were asked for, hold (up to 600 s).
 //! * **Cooldown**: no reversal of direction within 120 s and 20 evaluations of a change.
 //!
+//! # Scale to zero
+//!
+//! [`idle::ScaleToZero`] wraps any policy: with `min_workers: 0` and
+//! [`PoolConfig::idle_after_s`], a pool no trainer reads for that long goes to zero workers and
+//! starts again when one connects; a pool whose every job completed releases every worker.
+//!
 //! # Baselines
 //!
 //! [`cachew::CachewPolicy`] (Cachew's incremental rule) and [`hpa::HpaPolicy`] (Kubernetes HPA at
@@ -56,6 +62,7 @@ pub mod error;
 pub mod estimate;
 pub mod granary;
 pub mod hpa;
+pub mod idle;
 pub mod inputs;
 pub mod policy;
 pub mod policy_kind;
@@ -67,6 +74,7 @@ mod wording;
 pub use decision::{Decision, DecisionKind};
 pub use error::Error;
 pub use granary::{GranaryConfig, GranaryPolicy};
+pub use idle::ScaleToZero;
 pub use inputs::{ConsumerMetrics, JobMetrics, JobMode, Observation, PoolConfig, StageTime, WorkerMetrics};
 pub use policy::Policy;
 pub use policy_kind::PolicyKind;

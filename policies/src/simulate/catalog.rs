@@ -16,7 +16,38 @@ fn job(name: &str, consumers: u32, batches: u64) -> JobSpec {
         mode: JobMode::Distributed,
         batches,
         batches_per_epoch: 5000,
+        start_s: 0.0,
     }
+}
+
+/// A job whose trainers connect at `start_s` and take `batches_per_second` for `minutes`.
+fn session(name: &str, start_s: f64, consumers: u32, step_seconds: f64, minutes: f64) -> JobSpec {
+    let batches = (f64::from(consumers) / step_seconds * minutes * 60.0).round() as u64;
+    JobSpec { start_s, ..job(name, consumers, batches) }
+}
+
+/// A pipeline a team's short experiments share over four hours: five trainer sessions of 10 to
+/// 25 minutes that need 1 to 5 workers, 35 to 40 minutes of nobody between them, and the first
+/// trainer 10 minutes after the pipeline is created. `minWorkers: 0` with `idleAfter: 300 s`.
+fn bursty() -> Scenario {
+    let mut s = base(
+        "bursty",
+        "five trainer sessions of 10-25 min over 4 h with 35-40 min idle gaps; min_workers 0, idle after 300 s",
+    );
+    s.jobs = vec![
+        session("debug", 600.0, 1, 0.5, 15.0),
+        session("finetune", 3_600.0, 1, 0.2, 25.0),
+        session("sweep", 7_200.0, 2, 0.2, 20.0),
+        session("train", 10_800.0, 2, 0.13, 20.0),
+        session("eval", 14_400.0, 1, 0.25, 10.0),
+    ];
+    // The same step times throughout; the second phase starts when the first trainer connects,
+    // so convergence is judged against no worker before it and one after.
+    let steps = [0.5, 0.2, 0.2, 0.13, 0.25];
+    s.phases = vec![phase(0.0, &steps), phase(600.0, &steps)];
+    s.config.min_workers = 0;
+    s.config.idle_after_s = Some(300.0);
+    s
 }
 
 fn phase(start_s: f64, step_seconds: &[f64]) -> Phase {
@@ -102,7 +133,7 @@ pub fn all() -> Vec<Scenario> {
     cost.config.worker_cost_per_hour = Some(1.0);
     cost.config.trainer_cost_per_hour = Some(2.0);
 
-    vec![steady, double, half, noisy, slow, two, compute, above, cost]
+    vec![steady, double, half, noisy, slow, two, compute, above, cost, bursty()]
 }
 
 /// Names of all scenarios.
@@ -138,6 +169,7 @@ mod tests {
             ("compute-bound", vec![1]),
             ("above-max", vec![4]),
             ("cost-aware", vec![4]),
+            ("bursty", vec![0, 1]),
         ];
         let expect: Vec<(String, Vec<u32>)> = expect.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         assert_eq!(oracle, expect);

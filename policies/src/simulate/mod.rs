@@ -11,7 +11,13 @@
 //!
 //! The **oracle** knows the true demand and capacity: at every tick it asks for the fewest workers
 //! within the bounds that keep every trainer from waiting (`ceil(demand / capacity)`), or with
-//! prices the count of least cost per batch, and pays the same start-up delay.
+//! prices the count of least cost per batch, and pays the same start-up delay. With scale to zero
+//! (`min_workers: 0` and `idle_after_s`) it keeps one worker until the pool was idle that long.
+//!
+//! Jobs may connect later than the start ([`JobSpec::start_s`]): trainers that connect while no
+//! worker runs wait for the start-up delay, and the policy is evaluated at once then (the
+//! dispatcher wakes its autoscaler when a trainer registers). Every policy runs under the
+//! scale-to-zero rule ([`ScaleToZero`](crate::idle::ScaleToZero)), as in the dispatcher.
 //!
 //! Per (scenario, policy), [`evaluate`] reports `decisions_to_converge` (see
 //! [`decisions_to_converge`]: the maximum over phases), `training_time_vs_oracle` (time to

@@ -34,7 +34,8 @@ impl World<'_> {
             .map(|(j, job)| (job.buffered - f64::from(s.prefetch_batches * s.jobs[j].consumers)).max(0.0))
             .sum();
         let buffered_parts = if running > 0 { (at_workers / f64::from(running)).round() as u32 } else { 0 };
-        let active_jobs = self.jobs.iter().filter(|j| j.done_at.is_none()).count() as u32;
+        let active = self.active();
+        let active_jobs = active.iter().filter(|a| **a).count() as u32;
         let t = self.t;
         let mut workers = Vec::new();
         for i in 0..self.workers.len() {
@@ -69,10 +70,7 @@ impl World<'_> {
             w.alive_s = 0.0;
         }
         let mut jobs = Vec::new();
-        for j in 0..self.jobs.len() {
-            if self.jobs[j].done_at.is_some() {
-                continue;
-            }
+        for (j, _) in active.iter().enumerate().filter(|(_, a)| **a) {
             jobs.push(self.job_metrics(j, interval));
         }
         for job in &mut self.jobs {

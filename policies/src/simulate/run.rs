@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scenario::Scenario;
 use super::world::World;
+use crate::idle::{ScaleToZero, idle_after};
 use crate::policy::Policy;
 
 /// One point of a run's time series (one per tick), for plotting.
@@ -55,22 +56,34 @@ pub struct Run {
     pub bound_violations: u32,
     /// The time series.
     pub series: Vec<TracePoint>,
+    /// Sum over jobs of the seconds from their trainers connecting until they are done (the
+    /// time limit for a job that is not).
+    #[serde(default)]
+    pub job_seconds: f64,
+    /// For each job whose trainers connected while no worker ran, seconds until its first
+    /// batch (the cold start).
+    #[serde(default)]
+    pub cold_starts_s: Vec<f64>,
 }
 
 /// Who sets the target.
 enum Driver<'p> {
-    Policy(&'p mut dyn Policy),
+    Policy(&'p mut dyn Policy, ScaleToZero),
     Oracle,
 }
 
-/// Runs `scenario` under `policy`, evaluated every `policy_period_s`.
+/// Runs `scenario` under `policy`, evaluated every `policy_period_s` and at once when trainers
+/// connect while the target is zero (as the dispatcher wakes its autoscaler), with the
+/// scale-to-zero rule ([`ScaleToZero`]) on top.
 pub fn run_policy(scenario: &Scenario, policy: &mut dyn Policy) -> Run {
     let name = policy.name().to_string();
-    simulate(scenario, Driver::Policy(policy), name)
+    simulate(scenario, Driver::Policy(policy, ScaleToZero::new()), name)
 }
 
 /// Runs `scenario` under the oracle: at every tick it asks for the oracle's count for the
-/// current demand of the unfinished jobs, paying the same start-up delay as any policy.
+/// current demand of the unfinished jobs, paying the same start-up delay as any policy. With
+/// scale to zero it keeps one worker until no trainer consumed for `idle_after_s`, as the
+/// policies must.
 pub fn run_oracle(scenario: &Scenario) -> Run {
     simulate(scenario, Driver::Oracle, "oracle".to_string())
 }
@@ -90,20 +103,38 @@ fn simulate(s: &Scenario, mut driver: Driver<'_>, policy: String) -> Run {
         decisions: Vec::new(),
         bound_violations: 0,
         series: Vec::new(),
+        job_seconds: 0.0,
+        cold_starts_s: Vec::new(),
     };
+    let mut arrived = 0;
+    // When a trainer last consumed, for the oracle's idle time.
+    let mut last_busy = 0.0;
     for k in 0..max_ticks {
         if w.all_done() {
             break;
         }
         let from = w.target;
+        let arrival = w.arrived() > arrived;
+        arrived = w.arrived();
         let proposal = match &mut driver {
-            Driver::Oracle => Some((s.oracle_count(s.phase_at(w.t), &w.active()), "oracle".to_string())),
-            Driver::Policy(p) if k > 0 && k % period == 0 => {
+            Driver::Oracle => {
+                let active = w.active();
+                if active.iter().any(|a| *a) {
+                    last_busy = w.t;
+                }
+                let n = s.oracle_count(s.phase_at(w.t), &active);
+                // Scale to zero is a bound in time: one worker stays until the pool was idle
+                // for `idle_after_s`, as for every policy.
+                let holding = idle_after(&s.config).is_some_and(|after| w.t - last_busy < after);
+                let n = if n == 0 && from > 0 && holding { 1 } else { n };
+                Some((n, "oracle".to_string()))
+            }
+            Driver::Policy(p, rule) if (k > 0 && k % period == 0) || (arrival && from == 0) => {
                 let obs = w.observe();
-                let d = p.observe(&obs);
+                let d = rule.decide(&mut **p, &obs, false);
                 Some((d.target, d.reason))
             }
-            Driver::Policy(_) => None,
+            Driver::Policy(..) => None,
         };
         if let Some((target, reason)) = proposal {
             let bounded = s.config.clamp(target);
@@ -131,5 +162,12 @@ fn simulate(s: &Scenario, mut driver: Driver<'_>, policy: String) -> Run {
     run.first_job_done_s = done.iter().copied().fold(run.training_time_s, f64::min);
     run.worker_seconds = w.worker_seconds;
     run.wait_fraction = w.wait_fraction();
+    for (spec, job) in s.jobs.iter().zip(&w.jobs) {
+        let Some((_, running)) = job.arrived else { continue };
+        run.job_seconds += job.done_at.unwrap_or(w.t) - spec.start_s;
+        if running == 0 {
+            run.cold_starts_s.push(job.first_batch_at.unwrap_or(w.t) - spec.start_s);
+        }
+    }
     run
 }

@@ -29,6 +29,9 @@ pub struct JobSpec {
     pub batches: u64,
     /// Batches in one epoch.
     pub batches_per_epoch: u64,
+    /// When its trainers connect, in seconds from the start (they leave when it is done).
+    #[serde(default)]
+    pub start_s: f64,
 }
 
 /// From `start_s` on, each job's trainer step time.
@@ -139,8 +142,11 @@ impl Scenario {
         cfg.clamp(n)
     }
 
-    /// The oracle's count for phase `phase` with every job active.
+    /// The oracle's count for phase `phase` with every job active that has started by the
+    /// phase's start.
     pub fn phase_oracle(&self, phase: usize) -> u32 {
-        self.oracle_count(phase, &vec![true; self.jobs.len()])
+        let start = self.phases.get(phase).map_or(0.0, |p| p.start_s);
+        let active: Vec<bool> = self.jobs.iter().map(|j| j.start_s <= start).collect();
+        self.oracle_count(phase, &active)
     }
 }

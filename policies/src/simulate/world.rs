@@ -35,6 +35,10 @@ pub(crate) struct SimJob {
     pub(crate) wait_total: f64,
     /// When it consumed its last batch.
     pub(crate) done_at: Option<f64>,
+    /// When its trainers connected, and how many workers ran then.
+    pub(crate) arrived: Option<(f64, u32)>,
+    /// When it received its first batch.
+    pub(crate) first_batch_at: Option<f64>,
 }
 
 /// The whole simulated system.
@@ -98,9 +102,20 @@ impl<'s> World<'s> {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// Which jobs still consume.
+    /// Whether job `j`'s trainers have connected and still consume.
+    pub(crate) fn is_active(&self, j: usize) -> bool {
+        let started = self.s.jobs.get(j).is_some_and(|spec| spec.start_s <= self.t);
+        started && self.jobs.get(j).is_some_and(|job| job.done_at.is_none())
+    }
+
+    /// Which jobs consume now.
     pub(crate) fn active(&self) -> Vec<bool> {
-        self.jobs.iter().map(|j| j.done_at.is_none()).collect()
+        (0..self.jobs.len()).map(|j| self.is_active(j)).collect()
+    }
+
+    /// Jobs whose trainers have connected by now, done ones included.
+    pub(crate) fn arrived(&self) -> usize {
+        self.s.jobs.iter().filter(|spec| spec.start_s <= self.t).count()
     }
 
     /// True when every job is done.
@@ -124,10 +139,7 @@ impl<'s> World<'s> {
     /// Total demand (batches/s) of the active jobs now.
     pub(crate) fn demand(&self) -> f64 {
         let phase = self.s.phase_at(self.t);
-        (0..self.jobs.len())
-            .filter(|&j| self.jobs[j].done_at.is_none())
-            .map(|j| self.s.job_demand(j, phase))
-            .sum()
+        (0..self.jobs.len()).filter(|&j| self.is_active(j)).map(|j| self.s.job_demand(j, phase)).sum()
     }
 
     /// Advances one tick.
@@ -137,13 +149,15 @@ impl<'s> World<'s> {
         let phase = s.phase_at(self.t);
         let running = self.running();
         let capacity = f64::from(running) * s.worker_capacity() * dt;
-        let n_active = self.jobs.iter().filter(|j| j.done_at.is_none()).count().max(1) as f64;
+        let active = self.active();
+        let n_active = active.iter().filter(|a| **a).count().max(1) as f64;
         let mut wanted = vec![0.0; self.jobs.len()];
         let mut needs = vec![0.0; self.jobs.len()];
-        for (j, job) in self.jobs.iter().enumerate() {
-            if job.done_at.is_some() {
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if !active[j] {
                 continue;
             }
+            job.arrived.get_or_insert((self.t, running));
             let remaining = (s.jobs[j].batches as f64 - job.consumed).max(0.0);
             wanted[j] = (s.job_demand(j, phase) * dt).min(remaining);
             let room = f64::from(running) * f64::from(s.buffer_parts_per_worker) / n_active
@@ -152,7 +166,7 @@ impl<'s> World<'s> {
         }
         let produced = waterfill(capacity, &needs);
         for (j, job) in self.jobs.iter_mut().enumerate() {
-            if job.done_at.is_some() {
+            if !active[j] {
                 continue;
             }
             let rate = s.job_demand(j, phase);
@@ -161,6 +175,10 @@ impl<'s> World<'s> {
             job.buffered = available - taken;
             job.consumed += taken;
             job.consumed_interval += taken;
+            if taken > 0.0 && job.first_batch_at.is_none() {
+                // The first batch arrives within the tick, after the waiting part of it.
+                job.first_batch_at = Some(self.t + (wanted[j] - taken) / rate.max(f64::MIN_POSITIVE));
+            }
             let (compute, wait) =
                 if rate > 0.0 { (taken / rate, (wanted[j] - taken) / rate) } else { (0.0, dt) };
             job.compute_interval += compute;

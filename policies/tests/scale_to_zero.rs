@@ -1,0 +1,94 @@
+//! Scale to zero in the simulator: the bursty scenario (`min_workers: 0`, `idle_after_s` 300)
+//! against the same workload with `min_workers: 1`. Prints the figures:
+//! `cargo test -p granary-policies --test scale_to_zero -- --nocapture`.
+
+use granary_policies::PolicyKind;
+use granary_policies::simulate::{Run, Scenario, run_policy, scenario};
+
+/// The bursty scenario as catalogued, and with `min_workers: 1`.
+fn scenarios() -> (Scenario, Scenario) {
+    let zero = scenario("bursty").expect("bursty exists");
+    let mut one = zero.clone();
+    one.config.min_workers = 1;
+    one.config.idle_after_s = None;
+    (zero, one)
+}
+
+fn runs(kind: PolicyKind) -> (Run, Run) {
+    let (zero, one) = scenarios();
+    let run = |s| run_policy(s, kind.build().as_mut());
+    (run(&zero), run(&one))
+}
+
+/// Worker-seconds the `min_workers: 1` run spends with no trainer connected, past the first
+/// `idle_after_s` of each idle stretch: what scale to zero can save at most.
+fn avoidable(run: &Run, idle_after_s: f64) -> f64 {
+    let mut idle_since = None;
+    let mut total = 0.0;
+    for (i, p) in run.series.iter().enumerate() {
+        let dt = run.series.get(i + 1).map_or(1.0, |n| n.t - p.t);
+        if p.demand > 0.0 {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert(p.t);
+        if p.t - since >= idle_after_s {
+            total += f64::from(p.workers_desired) * dt;
+        }
+    }
+    total
+}
+
+#[test]
+fn prints_the_figures() {
+    for kind in PolicyKind::ALL {
+        let (zero, one) = runs(kind);
+        let saved = 1.0 - zero.worker_seconds / one.worker_seconds;
+        println!(
+            "{kind}: worker-s {:.0} vs {:.0} at min_workers 1 (saved {:.1}%), job time {:.0} vs {:.0} s (×{:.4}), makespan ×{:.4}, cold starts {:.1?} s",
+            zero.worker_seconds,
+            one.worker_seconds,
+            saved * 100.0,
+            zero.job_seconds,
+            one.job_seconds,
+            zero.job_seconds / one.job_seconds,
+            zero.training_time_s / one.training_time_s,
+            zero.cold_starts_s,
+        );
+        for d in &zero.decisions {
+            println!("  t={:>6.0} {} → {}: {}", d.t, d.from, d.to, d.reason);
+        }
+    }
+}
+
+#[test]
+fn granary_releases_the_idle_workers_and_costs_little_training_time() {
+    let (zero, one) = runs(PolicyKind::Granary);
+    let saved = one.worker_seconds - zero.worker_seconds;
+    let most = avoidable(&one, 300.0);
+    assert!(saved >= 0.95 * most, "saved {saved:.0} of {most:.0} avoidable worker-seconds");
+    assert!(zero.job_seconds <= 1.05 * one.job_seconds, "{} vs {}", zero.job_seconds, one.job_seconds);
+    assert!(zero.finished && one.finished);
+}
+
+#[test]
+fn every_session_starts_cold_once_and_waits_about_the_start_up_delay() {
+    let (zero, one) = runs(PolicyKind::Granary);
+    let (s, _) = scenarios();
+    assert_eq!(zero.cold_starts_s.len(), s.jobs.len(), "{:?}", zero.cold_starts_s);
+    for c in &zero.cold_starts_s {
+        assert!(*c >= s.startup_delay_s && *c <= s.startup_delay_s + s.policy_period_s, "{c}");
+    }
+    assert!(one.cold_starts_s.is_empty(), "one worker is always warm: {:?}", one.cold_starts_s);
+}
+
+#[test]
+fn the_pool_is_at_zero_only_while_no_trainer_is_connected() {
+    let (zero, _) = runs(PolicyKind::Granary);
+    for p in &zero.series {
+        if p.workers_desired == 0 {
+            assert_eq!(p.demand, 0.0, "at {} s", p.t);
+        }
+    }
+    assert!(zero.series.iter().any(|p| p.workers_desired == 0));
+}
