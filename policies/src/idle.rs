@@ -55,13 +55,13 @@ impl ScaleToZero {
     }
 
     /// What the policy should see: with the rule in force and workers running, `min_workers`
-    /// of 1 (the rule alone takes the pool to zero); at zero with the rule in force, or when
-    /// `completed`, `min_workers` of 0 (the rule alone starts it).
+    /// of 1 (the rule alone takes the pool to zero); at zero with the rule in force, or
+    /// `completed` and nobody attached, `min_workers` of 0 (the rule alone starts it).
     pub fn view<'a>(&self, obs: &'a Observation, completed: bool) -> Cow<'a, Observation> {
         let zero_ok = idle_after(&obs.config).is_some();
         let min = if obs.desired_workers > 0 && zero_ok {
             1.min(obs.config.upper())
-        } else if obs.desired_workers == 0 && (zero_ok || completed) {
+        } else if obs.desired_workers == 0 && (zero_ok || (completed && !attached(obs))) {
             0
         } else {
             return Cow::Borrowed(obs);

@@ -1,8 +1,8 @@
 //! Properties every policy keeps on arbitrary input, and Granary's stability under noise.
 
 use granary_policies::{
-    ConsumerMetrics, DecisionKind, JobMetrics, JobMode, Observation, PolicyKind, PoolConfig, StageTime,
-    WorkerMetrics,
+    ConsumerMetrics, DecisionKind, JobMetrics, JobMode, Observation, PolicyKind, PoolConfig, ScaleToZero,
+    StageTime, WorkerMetrics,
 };
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
@@ -288,6 +288,84 @@ proptest! {
         });
         for pair in reversals.windows(2) {
             prop_assert!(pair[1] - pair[0] >= 20, "reversals at {:?}", reversals);
+        }
+    }
+}
+
+/// Idle times including none, zero, negative and NaN.
+fn idle_after() -> impl Strategy<Value = Option<f64>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(0.0)),
+        Just(Some(-5.0)),
+        Just(Some(f64::NAN)),
+        (0.0..600.0f64).prop_map(Some)
+    ]
+}
+
+proptest! {
+    /// Under the scale-to-zero rule every policy stays within its bounds (zero allowed with
+    /// `min_workers: 0` and an idle time, or once every job completed), explains itself, never
+    /// leaves a pool at zero while a trainer is attached, and goes to zero only without one.
+    #[test]
+    fn scale_to_zero_keeps_the_bounds(
+        seq in prop::collection::vec((observation(), any::<bool>()), 1..25),
+        idle in idle_after(),
+        zero_min in any::<bool>(),
+    ) {
+        for kind in PolicyKind::ALL {
+            let mut policy = kind.build();
+            let mut rule = ScaleToZero::new();
+            let mut last: Option<u32> = None;
+            for (i, (obs, completed)) in seq.iter().enumerate() {
+                let mut obs = obs.clone();
+                obs.now_s = 100.0 * i as f64;
+                obs.config.idle_after_s = idle;
+                if zero_min {
+                    obs.config.min_workers = 0;
+                }
+                if let Some(t) = last {
+                    obs.desired_workers = t;
+                    obs.running_workers = t;
+                }
+                let d = rule.decide(policy.as_mut(), &obs, *completed);
+                let attached = obs.consumer_count() > 0;
+                let zero_ok = (obs.config.min_workers == 0 && idle.is_some_and(|s| !s.is_nan()))
+                    || (*completed && !attached);
+                let lower = if zero_ok { 0 } else { obs.config.lower() };
+                prop_assert!(d.target >= lower && d.target <= obs.config.upper(),
+                    "{kind}: {} outside [{lower}, {}]: {}", d.target, obs.config.upper(), d.reason);
+                prop_assert!(!d.reason.is_empty());
+                prop_assert_eq!(d.is_change(), d.target != obs.desired_workers);
+                if d.target == 0 && obs.config.upper() > 0 && obs.desired_workers > 0 {
+                    prop_assert!(!attached, "{kind}: to zero with a trainer attached: {}", d.reason);
+                }
+                if attached && obs.config.upper() > 0 && (zero_ok || obs.config.lower() > 0) {
+                    prop_assert!(d.target >= 1, "{kind}: a trainer is attached: {}", d.reason);
+                }
+                last = Some(d.target);
+            }
+        }
+    }
+
+    /// With `min_workers` of 1 or more, or no idle time, and no completed pool, the rule
+    /// changes nothing.
+    #[test]
+    fn scale_to_zero_without_an_idle_time_changes_nothing(
+        seq in prop::collection::vec(observation(), 1..25),
+        idle in idle_after(),
+    ) {
+        for kind in PolicyKind::ALL {
+            let (mut bare, mut wrapped) = (kind.build(), kind.build());
+            let mut rule = ScaleToZero::new();
+            for obs in &seq {
+                let mut obs = obs.clone();
+                obs.config.idle_after_s = idle;
+                if obs.config.min_workers == 0 && idle.is_some_and(|s| !s.is_nan()) {
+                    obs.config.min_workers = 1;
+                }
+                prop_assert_eq!(rule.decide(wrapped.as_mut(), &obs, false), bare.observe(&obs));
+            }
         }
     }
 }
