@@ -34,6 +34,25 @@ struct Args {
     memory: String,
 }
 
+/// The named cluster entry of the current context of the kubeconfig at `path`, as the agent
+/// writes it into pods' kubeconfigs.
+fn current_cluster(path: &std::path::Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let config: serde_json::Value =
+        serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let context = config["current-context"].as_str().context("the kubeconfig has no current-context")?;
+    let cluster = config["contexts"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == context))
+        .and_then(|c| c["context"]["cluster"].as_str())
+        .with_context(|| format!("the kubeconfig's context {context} names no cluster"))?;
+    config["clusters"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == cluster))
+        .cloned()
+        .with_context(|| format!("the kubeconfig has no cluster {cluster}"))
+}
+
 async fn connect(path: &std::path::Path) -> Result<Client> {
     let file = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
@@ -50,6 +69,7 @@ async fn main() -> Result<()> {
     let state_dir = std::path::absolute(&args.state_dir).context("resolving --state-dir")?;
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let client = connect(&args.kubeconfig).await?;
+    let cluster = current_cluster(&args.kubeconfig)?;
     let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
     let shutdown = async move {
@@ -58,8 +78,14 @@ async fn main() -> Result<()> {
             _ = int.recv() => {}
         }
     };
-    let settings =
-        Settings { node_name: args.node_name, granary_bin, state_dir, cpu: args.cpu, memory: args.memory };
+    let settings = Settings {
+        node_name: args.node_name,
+        granary_bin,
+        state_dir,
+        cpu: args.cpu,
+        memory: args.memory,
+        cluster: Some(cluster),
+    };
     run(client, settings, shutdown).await?;
     eprintln!("[node] stopped");
     Ok(())

@@ -4,6 +4,7 @@
 use super::api::remove_pod;
 use super::pod::supervise;
 use super::registration::{HEARTBEAT, heartbeat, register};
+use super::services::Proxies;
 use super::status::now;
 use super::{Settings, Update, log};
 use anyhow::Context;
@@ -36,6 +37,7 @@ struct Task {
 struct Pods {
     client: Client,
     settings: Arc<Settings>,
+    proxies: Arc<Proxies>,
     tasks: HashMap<String, Task>,
     /// The uids listed since the watch (re)started, until the listing is complete.
     listing: Option<HashSet<String>>,
@@ -87,7 +89,12 @@ impl Pods {
             return;
         }
         let (updates, receiver) = watch::channel(Update::Pod(Box::new(pod)));
-        let handle = tokio::spawn(supervise(self.client.clone(), self.settings.clone(), receiver));
+        let handle = tokio::spawn(supervise(
+            self.client.clone(),
+            self.settings.clone(),
+            self.proxies.clone(),
+            receiver,
+        ));
         self.tasks.insert(uid, Task { updates, handle });
     }
 
@@ -152,8 +159,13 @@ pub async fn run(
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut pods =
-        Pods { client: client.clone(), settings: settings.clone(), tasks: HashMap::new(), listing: None };
+    let mut pods = Pods {
+        client: client.clone(),
+        settings: settings.clone(),
+        proxies: Proxies::new(client.clone()),
+        tasks: HashMap::new(),
+        listing: None,
+    };
     tokio::pin!(shutdown);
     let mut result = Ok(());
     loop {

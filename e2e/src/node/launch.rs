@@ -6,6 +6,7 @@
 use super::env::{Sources, container_env};
 use super::expand::expand;
 use super::ports::PortMap;
+use super::services::{self, ServiceRef};
 use super::volumes::Mounts;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
@@ -79,16 +80,22 @@ pub fn base_env(
     env
 }
 
+/// How a container reaches Services: the loopback address standing for a Service port, if any
+/// ([`services`]).
+pub type ServiceResolver<'a> = &'a dyn Fn(&ServiceRef) -> Option<String>;
+
 /// The process for `container` of `pod`: its env built the Kubernetes way, `$(VAR)` expanded in
-/// command and args, then every argument and env value rewritten through `ports` and `mounts`
-/// (the program too through `mounts`). `base` is the environment under the container's own. An
-/// error is a configuration problem of the pod.
+/// command and args, then every argument and env value rewritten: Service addresses through
+/// `services`, the rest through `ports` and `mounts` (the program too through `mounts`). `base`
+/// is the environment under the container's own. An error is a configuration problem of the pod.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     pod: &Pod,
     container: &Container,
     sources: &Sources,
     ports: &PortMap,
     mounts: &Mounts,
+    services: ServiceResolver<'_>,
     granary_bin: &Path,
     base: BTreeMap<String, String>,
 ) -> Result<Launch, String> {
@@ -98,7 +105,8 @@ pub fn launch(
         container.command.iter().flatten().map(|c| mounts.rewrite(&expand(c, lookup))).collect();
     let args: Vec<String> = container.args.iter().flatten().map(|a| expand(a, lookup)).collect();
     let (program, args) = program_and_args(&command, &args, granary_bin);
-    let rewrite = |value: &str| mounts.rewrite(&ports.rewrite(value));
+    let rewrite =
+        |value: &str| services::rewrite(value, services, |text: &str| mounts.rewrite(&ports.rewrite(text)));
     let args = args.iter().map(|a| rewrite(a)).collect();
     let mut env = base;
     env.extend(own.iter().map(|(k, v)| (k.clone(), rewrite(v))));

@@ -44,8 +44,17 @@ fn the_worker_pod_runs_granary_bin_with_mapped_ports_and_expanded_env() {
     let agent =
         BTreeMap::from([("PATH".to_string(), "/bin".to_string()), ("GRANARY_LOG".into(), "debug".into())]);
     let base = base_env(&agent, Path::new("/state/tmp"), "w-1");
-    let l = launch(&pod, c, &Sources::default(), &ports(), &Mounts::default(), Path::new("/b/granary"), base)
-        .unwrap();
+    let l = launch(
+        &pod,
+        c,
+        &Sources::default(),
+        &ports(),
+        &Mounts::default(),
+        &|_| None,
+        Path::new("/b/granary"),
+        base,
+    )
+    .unwrap();
     assert_eq!(l.program, Path::new("/b/granary"));
     let args =
         ["worker", "--listen", "127.0.0.1:40001", "--pipeline", "ns/p", "--metrics-addr", "127.0.0.1:40002"];
@@ -78,9 +87,17 @@ fn the_agents_python_reaches_the_processes_unless_the_container_sets_its_own() {
         .get_or_insert_default()
         .push(serde_json::from_value(json!({"name": "GRANARY_PYTHON", "value": "/img/python"})).unwrap());
     let c = c.clone();
-    let l =
-        launch(&pod, &c, &Sources::default(), &ports(), &Mounts::default(), Path::new("/b/granary"), base)
-            .unwrap();
+    let l = launch(
+        &pod,
+        &c,
+        &Sources::default(),
+        &ports(),
+        &Mounts::default(),
+        &|_| None,
+        Path::new("/b/granary"),
+        base,
+    )
+    .unwrap();
     assert_eq!(l.env["GRANARY_PYTHON"], "/img/python", "the container's own env wins");
     assert_eq!(l.env["VIRTUAL_ENV"], "/venv");
 }
@@ -117,9 +134,17 @@ fn env_from_comes_first_and_env_overrides_and_expands_in_order() {
     ])).unwrap());
     let c = c.clone();
     let sources = secret("creds", &[("TOKEN", "t"), ("k", "v"), ("1bad", "x")]);
-    let l =
-        launch(&pod, &c, &sources, &ports(), &Mounts::default(), Path::new("/b/granary"), BTreeMap::new())
-            .unwrap();
+    let l = launch(
+        &pod,
+        &c,
+        &sources,
+        &ports(),
+        &Mounts::default(),
+        &|_| None,
+        Path::new("/b/granary"),
+        BTreeMap::new(),
+    )
+    .unwrap();
     assert_eq!(l.env["A"], "t-$(B)");
     assert_eq!(l.env["TOKEN"], "override");
     assert_eq!(l.env["KEY"], "v");
@@ -163,4 +188,35 @@ fn field_refs_cover_the_downward_api_subset() {
     assert_eq!(field_value(&pod, "metadata.labels['app']").unwrap(), "w");
     assert_eq!(field_value(&pod, "metadata.annotations['x']").unwrap(), "");
     assert!(field_value(&pod, "spec.containers").unwrap_err().contains("unsupported"));
+}
+
+#[test]
+fn service_addresses_become_the_agents_proxy_and_escape_the_port_map() {
+    let mut pod = worker_pod();
+    let spec = pod.spec.as_mut().unwrap();
+    // The operator pod's case: its own Service's port is also one of its container ports.
+    spec.containers[0]
+        .ports
+        .as_mut()
+        .unwrap()
+        .push(serde_json::from_value(json!({"containerPort": 7070})).unwrap());
+    let c = spec.containers[0].clone();
+    let ports = PortMap { ports: [(7070, 40000), (7071, 40001), (9090, 40002)].into() };
+    let proxy = |s: &crate::node::services::ServiceRef| {
+        (s.namespace == "ns" && s.name == "granary-dispatcher" && s.port == 7070)
+            .then(|| "127.0.0.1:45555".to_string())
+    };
+    let l = launch(
+        &pod,
+        &c,
+        &Sources::default(),
+        &ports,
+        &Mounts::default(),
+        &proxy,
+        Path::new("/b/granary"),
+        BTreeMap::new(),
+    )
+    .unwrap();
+    assert_eq!(l.env["GRANARY_DISPATCHER"], "127.0.0.1:45555");
+    assert_eq!(l.env["GRANARY_ADVERTISE"], "127.0.0.1:40001", "the rest is still mapped");
 }

@@ -26,6 +26,16 @@
 //!   `127.0.0.1` and `:<containerPort>` becomes `:<hostPort>` ([`ports`]). A pod thus sees its
 //!   container ports remapped; the mapping is logged and written to the pod annotation
 //!   [`pod::PORTS_ANNOTATION`]. The pod IP and host IP are 127.0.0.1.
+//! - **Services**: every `<service>.<namespace>.svc[.cluster.local]:<port>` in a pod's args and env
+//!   values becomes `127.0.0.1:<port>` of a TCP proxy the agent runs for that Service port, which
+//!   joins each connection to a Ready pod the Service selects ([`services`]); the address is
+//!   stable for the agent's lifetime and written to the Service's annotation
+//!   [`services::ADDRESSES_ANNOTATION`]. A kube-proxy and cluster-DNS stand-in: the endpoints
+//!   controller publishes no loopback address, and nothing resolves `*.svc` names here.
+//! - **ServiceAccount credentials**: a pod that mounts its ServiceAccount's token (the default)
+//!   gets `KUBECONFIG`, a kubeconfig naming the agent's API server and reading a token of its
+//!   ServiceAccount, bound to the pod, from the TokenRequest API, refreshed every 20 minutes
+//!   ([`credentials`]). One host cannot give each process the fixed in-cluster token path.
 //! - **Readiness**: `tcpSocket` and `httpGet` readiness probes on the mapped ports ([`probe`]);
 //!   the pod's `Ready` condition is what Deployments count.
 //! - **Status and restarts**: the pod status (phase, conditions, container states, restart
@@ -54,6 +64,7 @@
 pub mod agent;
 pub mod api;
 pub mod container;
+pub mod credentials;
 pub mod env;
 pub mod expand;
 pub mod launch;
@@ -62,6 +73,7 @@ pub mod ports;
 pub mod probe;
 pub mod process;
 pub mod registration;
+pub mod services;
 pub mod status;
 pub mod volumes;
 
@@ -84,6 +96,9 @@ pub struct Settings {
     pub cpu: String,
     /// The memory capacity the node reports (nominal: nothing is enforced).
     pub memory: String,
+    /// The API server as a kubeconfig's named cluster entry (`{name, cluster: {server, ...}}`),
+    /// for the kubeconfigs of pods' ServiceAccounts; `None`: pods get no credentials.
+    pub cluster: Option<serde_json::Value>,
 }
 
 impl Settings {
@@ -96,6 +111,7 @@ impl Settings {
             state_dir: "/tmp/state".into(),
             cpu: "32".into(),
             memory: "64Gi".into(),
+            cluster: None,
         }
     }
 }

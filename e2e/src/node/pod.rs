@@ -3,10 +3,12 @@
 
 use super::api::{brief, remove_pod};
 use super::container::ContainerRt;
+use super::credentials::{self, KUBECONFIG_VAR, Projected};
 use super::env::Sources;
 use super::launch::{base_env, inherited_env, launch};
 use super::ports::PortMap;
 use super::probe::Prober;
+use super::services::Proxies;
 use super::status::{Transitions, now, pod_status, status_patch};
 use super::volumes;
 use super::{Settings, Update, log};
@@ -41,15 +43,23 @@ struct PodRt {
     ports: PortMap,
     containers: Vec<ContainerRt>,
     failure: Option<(String, String)>,
+    proxies: Arc<Proxies>,
+    /// The pod's ServiceAccount credentials, once given ([`credentials`]), and when.
+    credentials: Option<(Option<Projected>, Instant)>,
     start_time: Time,
     transitions: Transitions,
     patched: Option<Value>,
 }
 
 /// Runs the pod of the first update until it is deleted, vanishes, or the agent stops.
-pub async fn supervise(client: Client, settings: Arc<Settings>, mut updates: watch::Receiver<Update>) {
+pub async fn supervise(
+    client: Client,
+    settings: Arc<Settings>,
+    proxies: Arc<Proxies>,
+    mut updates: watch::Receiver<Update>,
+) {
     let Update::Pod(pod) = updates.borrow_and_update().clone() else { return };
-    let mut rt = match PodRt::new(client, settings, *pod) {
+    let mut rt = match PodRt::new(client, settings, proxies, *pod) {
         Ok(rt) => rt,
         Err(err) => return log(format_args!("cannot prepare a pod: {err:#}")),
     };
@@ -77,7 +87,7 @@ pub async fn supervise(client: Client, settings: Arc<Settings>, mut updates: wat
 }
 
 impl PodRt {
-    fn new(client: Client, settings: Arc<Settings>, pod: Pod) -> anyhow::Result<Self> {
+    fn new(client: Client, settings: Arc<Settings>, proxies: Arc<Proxies>, pod: Pod) -> anyhow::Result<Self> {
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -115,6 +125,8 @@ impl PodRt {
             ports,
             containers,
             failure: failure.map(|f| ("Unsupported".to_string(), f.to_string())),
+            proxies,
+            credentials: None,
             start_time,
             transitions: Transitions::default(),
             patched: None,
@@ -145,11 +157,47 @@ impl PodRt {
         Duration::from_secs(seconds).max(QUICK_GRACE)
     }
 
+    /// Gives the pod its ServiceAccount credentials the first time, and a fresh token every
+    /// [`credentials::REFRESH`]; `Err` when the first attempt fails (a refresh that fails keeps
+    /// the old token, and is tried again at the next step).
+    async fn project_credentials(&mut self) -> Result<(), String> {
+        let Some(cluster) = self.settings.cluster.as_ref() else { return Ok(()) };
+        let due = match &self.credentials {
+            None => true,
+            Some((Some(_), at)) => at.elapsed() >= credentials::REFRESH,
+            Some((None, _)) => false,
+        };
+        if !due {
+            return Ok(());
+        }
+        match credentials::project(&self.client, cluster, &self.pod, &self.dir).await {
+            Ok(projected) => {
+                if self.credentials.is_none() && projected.is_some() {
+                    let account = credentials::service_account(&self.pod);
+                    log(format_args!("{}: credentials of ServiceAccount {account} in KUBECONFIG", self.key));
+                }
+                self.credentials = Some((projected, Instant::now()));
+                Ok(())
+            }
+            Err(err) if self.credentials.is_some() => {
+                log(format_args!("{}: refreshing the ServiceAccount token: {err:#}", self.key));
+                Ok(())
+            }
+            Err(err) => Err(format!("{err:#}")),
+        }
+    }
+
     /// Reaps exited processes, starts what is due and runs due probes.
     async fn step(&mut self) {
         let policy = self.pod.spec.as_ref().and_then(|s| s.restart_policy.clone());
         let policy = policy.as_deref();
         let mut sources: Option<Sources> = None;
+        let due = self.containers.iter().any(|c| c.start_at.is_some_and(|at| at <= Instant::now()));
+        let running = self.containers.iter().any(|c| c.run.is_some());
+        let mut credentials_problem = None;
+        if due || running {
+            credentials_problem = self.project_credentials().await.err();
+        }
         for i in 0..self.containers.len() {
             if self.containers[i].poll(policy) {
                 log(format_args!(
@@ -158,6 +206,11 @@ impl PodRt {
                 ));
             }
             if self.containers[i].start_at.is_some_and(|at| at <= Instant::now()) {
+                if let Some(message) = &credentials_problem {
+                    let message = format!("the ServiceAccount's credentials: {message}");
+                    self.containers[i].cannot_start("CreateContainerConfigError", message, CONFIG_RETRY);
+                    continue;
+                }
                 if sources.is_none() {
                     match Sources::fetch(&self.client, &self.pod).await {
                         Ok(fetched) => sources = Some(fetched),
@@ -184,13 +237,27 @@ impl PodRt {
 
     fn start(&mut self, i: usize, sources: &Sources, policy: Option<&str>) {
         let name = self.pod.metadata.name.clone().unwrap_or_default();
-        let base = base_env(&inherited_env(), &self.dir.join("tmp"), &name);
+        let mut base = base_env(&inherited_env(), &self.dir.join("tmp"), &name);
+        if let Some((Some(projected), _)) = &self.credentials {
+            base.insert(KUBECONFIG_VAR.to_string(), projected.kubeconfig.display().to_string());
+        }
+        let proxies = self.proxies.clone();
+        let services = move |service: &super::services::ServiceRef| proxies.address(service);
         let c = &mut self.containers[i];
         let mounts = volumes::plan(&self.pod, &c.spec, sources).and_then(|planned| {
             volumes::materialize(&planned, &self.dir).map_err(|e| format!("writing the pod's volumes: {e}"))
         });
         let launched = mounts.and_then(|mounts| {
-            launch(&self.pod, &c.spec, sources, &self.ports, &mounts, &self.settings.granary_bin, base)
+            launch(
+                &self.pod,
+                &c.spec,
+                sources,
+                &self.ports,
+                &mounts,
+                &services,
+                &self.settings.granary_bin,
+                base,
+            )
         });
         match launched {
             Ok(l) => {

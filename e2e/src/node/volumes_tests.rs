@@ -183,6 +183,7 @@ fn the_worker_process_sees_the_host_folder_in_its_env_and_args() {
         &sources,
         &PortMap::default(),
         &mounts,
+        &|_| None,
         Path::new("/b/granary"),
         BTreeMap::new(),
     )
