@@ -25,7 +25,14 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Wait","type":"number","jsonPath":".status.trainerWaitFraction","description":"share of trainer time spent waiting"}"#,
     printcolumn = r#"{"name":"Cache","type":"string","jsonPath":".status.cache.state"}"#,
     printcolumn = r#"{"name":"Epoch","type":"integer","jsonPath":".status.epoch"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Dispatcher","type":"string","jsonPath":".status.endpoint.dispatcher","priority":1,"description":"host:port trainers connect to, with the pipeline key <namespace>/<name>"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    category = "granary",
+    category = "all",
+    doc = "An ML input pipeline that Granary serves to trainers: a source in object storage, ordered \
+           stages, shuffling and batching, run by a pool of worker pods that the autoscaler sizes within \
+           `spec.scaling`, with a transformed intermediate cached in object storage when the autocacher \
+           finds it pays. Trainers connect to `status.endpoint`."
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

@@ -1,5 +1,6 @@
 //! `status`: what the operator and dispatcher report back.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -38,9 +39,26 @@ pub struct InputPipelineStatus {
     /// Spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Scaling`, `Caching` and `Degraded`, each with a reason and a message.
+    /// Where trainers connect: the dispatcher's address and the pipeline's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    /// `Ready`, `Scaling`, `Caching` and `Degraded`, in Kubernetes' standard form: each with
+    /// its status, a CamelCase reason, a message, the generation it describes and when its
+    /// status last changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<PipelineCondition>,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where a pipeline's trainers connect, as the Rust and Python clients take it
+/// (`granary.Pipeline(pipeline, dispatcher=dispatcher)`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// The dispatcher's `host:port`, inside the cluster.
+    pub dispatcher: String,
+    /// The pipeline's key at the dispatcher: `<namespace>/<name>`.
+    pub pipeline: String,
 }
 
 /// Lifecycle phase of a pipeline.
@@ -85,26 +103,6 @@ pub struct CacheStatus {
     /// The autocacher's reason, with the figures that decided it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-/// A condition in the Kubernetes convention.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct PipelineCondition {
-    /// Condition type: `Ready`, `Scaling`, `Caching` or `Degraded`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// One-word reason in CamelCase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Explanation in words, naming the field at fault where there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// When the status last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
 }
 
 /// One source's cache entry in `status.cache.sources`.

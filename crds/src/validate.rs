@@ -523,13 +523,29 @@ fn check_scaling(scaling: &ScalingSpec, problems: &mut Vec<Problem>) {
             }
         }
     }
-    for (value, name) in [
-        (scaling.replicas, "replicas"),
-        (scaling.min_workers, "minWorkers"),
-        (scaling.max_workers, "maxWorkers"),
-    ] {
+    for (value, name) in [(scaling.replicas, "replicas"), (scaling.max_workers, "maxWorkers")] {
         if value == Some(0) {
-            problems.push(Problem::new(format!("spec.scaling.{name}"), "must be >= 1"));
+            let fix = if name == "replicas" {
+                "; for a pool that goes to zero when idle, use `policy: auto` with `minWorkers: 0`"
+            } else {
+                ""
+            };
+            problems.push(Problem::new(format!("spec.scaling.{name}"), format!("must be >= 1{fix}")));
+        }
+    }
+    if let Some(idle) = &scaling.idle_after {
+        match crate::parse_duration(idle) {
+            Err(why) => problems.push(Problem::new("spec.scaling.idleAfter", why)),
+            Ok(d) if d.is_zero() => problems.push(Problem::new(
+                "spec.scaling.idleAfter",
+                "must be longer than 0, e.g. `5m`: trainers between epochs would see the pool vanish",
+            )),
+            Ok(_) if scaling.policy != ScalingPolicy::Auto || scaling.min_workers != Some(0) => problems
+                .push(Problem::new(
+                    "spec.scaling.idleAfter",
+                    "applies only with `policy: auto` and `minWorkers: 0`; set `minWorkers: 0`, or remove it",
+                )),
+            Ok(_) => {}
         }
     }
     for (value, name) in [

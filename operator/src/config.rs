@@ -1,5 +1,6 @@
 //! The operator's settings, from `granary operator`'s flags.
 
+use granary_crds::WorkersSpec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use std::time::Duration;
 
@@ -25,6 +26,9 @@ pub struct WorkerSettings {
     /// Image of the workers of pipelines with `python.map` stages (and no `spec.workers.image`):
     /// one with Python and NumPy. `None`: the `-python` variant of `image`.
     pub python_image: Option<String>,
+    /// Pod settings every pipeline's workers start from (the chart's `workers.pod` values), in
+    /// `spec.workers`' shape; each pipeline's `spec.workers` is merged over them.
+    pub pod_defaults: WorkersSpec,
 }
 
 /// Everything reconciliation needs besides the API client and the dispatcher.

@@ -43,5 +43,6 @@ pub fn settings() -> WorkerSettings {
         env_secret: Some("s3-credentials".into()),
         dispatcher: "granary-dispatcher.granary.svc:7070".into(),
         python_image: None,
+        pod_defaults: Default::default(),
     }
 }

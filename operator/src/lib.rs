@@ -13,6 +13,7 @@ pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod objects;
+pub mod pod;
 pub mod pool;
 pub mod python;
 pub mod rbac;

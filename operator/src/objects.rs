@@ -4,8 +4,9 @@
 //! add to the pod (image, code volume, `PYTHONPATH`) is in [`crate::python`].
 
 use crate::config::WorkerSettings;
-use crate::python;
+use crate::{pod, python};
 use granary_crds::InputPipeline;
+use granary_crds::workers::{TMP_MOUNT, TMP_VOLUME};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
@@ -121,9 +122,9 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_im
         env("GRANARY_ADVERTISE", format!("$(GRANARY_POD_IP):{WORKER_DATA_PORT}")),
     ];
     let mut volume_mounts =
-        vec![VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..Default::default() }];
+        vec![VolumeMount { name: TMP_VOLUME.into(), mount_path: TMP_MOUNT.into(), ..Default::default() }];
     let mut volumes = vec![Volume {
-        name: "tmp".into(),
+        name: TMP_VOLUME.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     }];
@@ -132,7 +133,7 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_im
         volume_mounts.push(mount);
         env.push(python_path);
     }
-    let container = Container {
+    let mut container = Container {
         name: "worker".into(),
         image: Some(python::worker_image(pipeline, settings, python_image)),
         image_pull_policy: settings.image_pull_policy.clone(),
@@ -176,6 +177,30 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_im
         volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
+    let mut pod = PodSpec {
+        // Workers never call the API server: no ServiceAccount token in the pod, so a
+        // compromised worker holds no credentials for the cluster. A `serviceAccountName` for
+        // cloud identity keeps it so: IRSA's and Azure's webhooks add their own projected token,
+        // and GKE's metadata server needs none.
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(WORKER_GRACE_SECONDS),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            run_as_group: Some(65532),
+            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    };
+    let mut pod_labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    for layer in [&settings.pod_defaults, &pipeline.spec.workers.clone().unwrap_or_default()] {
+        pod::merge(&mut pod, &mut container, &mut pod_labels, &mut annotations, layer);
+    }
+    pod_labels.extend(labels(&name));
+    pod.containers = vec![container];
     Deployment {
         metadata: metadata(pipeline, &name),
         spec: Some(DeploymentSpec {
@@ -189,26 +214,12 @@ pub fn deployment(pipeline: &InputPipeline, settings: &WorkerSettings, python_im
                 }),
             }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels(&name)), ..Default::default() }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    // Workers never call the API server: no ServiceAccount token in the pod, so
-                    // a compromised worker holds no credentials for the cluster.
-                    automount_service_account_token: Some(false),
-                    termination_grace_period_seconds: Some(WORKER_GRACE_SECONDS),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(65532),
-                        run_as_group: Some(65532),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!annotations.is_empty()).then_some(annotations),
+                    ..Default::default()
                 }),
+                spec: Some(pod),
             },
             ..DeploymentSpec::default()
         }),

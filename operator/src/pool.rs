@@ -35,7 +35,7 @@ pub fn sizing(spec: &InputPipelineSpec) -> Sizing {
                 elements_per_batch: spec.batch.size,
                 worker_cost_per_hour: scaling.worker_cost_per_hour,
                 trainer_cost_per_hour: scaling.trainer_cost_per_hour,
-                idle_after_s: None,
+                idle_after_s: scaling.idle_after_s(),
             })
         }
     }
@@ -128,7 +128,12 @@ mod tests {
         };
         assert_eq!((bounds.min_workers, bounds.max_workers, bounds.elements_per_batch), (2, 5, 8));
         let Sizing::Auto(bounds) = sizing(&spec(serde_json::Value::Null)) else { panic!("auto by default") };
-        assert_eq!((bounds.min_workers, bounds.max_workers), (1, 16));
+        assert_eq!((bounds.min_workers, bounds.max_workers, bounds.idle_after_s), (1, 16, None));
+        let Sizing::Auto(bounds) = sizing(&spec(serde_json::json!({"minWorkers": 0, "idleAfter": "2m"}))) else {
+            panic!("auto")
+        };
+        assert_eq!((bounds.min_workers, bounds.idle_after_s), (0, Some(120.0)));
+        assert_eq!(initial(&Sizing::Auto(bounds), None), 0, "an idle pool starts empty");
     }
 
     #[test]

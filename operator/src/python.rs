@@ -8,11 +8,7 @@ use granary_crds::InputPipeline;
 use granary_crds::ops::{Family, op_info};
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, EnvVar, Volume, VolumeMount};
 
-/// Where the ConfigMap of `spec.python.configMap` is mounted in the worker container; the
-/// container's `PYTHONPATH`.
-pub const PYTHON_MOUNT: &str = "/etc/granary/python";
-/// The pod volume holding that ConfigMap.
-pub const PYTHON_VOLUME: &str = "python";
+pub use granary_crds::workers::{PYTHON_MOUNT, PYTHON_VOLUME};
 /// What the repository of the Python-capable variant of an image ends with.
 const PYTHON_SUFFIX: &str = "-python";
 

@@ -84,7 +84,7 @@ async fn report_failure(p: &InputPipeline, ctx: &Context, error: &Error) {
     if fresh {
         ctx.notifier.publish(&p.object_ref(&()), Note::warning("ReconcileFailed", why.clone())).await;
     }
-    let next = status::failed_reconcile(p.status.as_ref(), p.meta().generation, &why, &now());
+    let next = status::failed_reconcile(p.status.as_ref(), p.meta().generation, &why, now());
     if p.status.as_ref() == Some(&next) {
         return;
     }
@@ -187,6 +187,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
                 skipped_elements: 0,
                 scaling: None,
                 cache: status::cache_status(ctx.dispatcher.cache_report(&key).as_ref()),
+                endpoint: None,
             };
             write_status(&p, ctx, &key, &uid, &observed).await?;
             return Ok(Action::await_change());
@@ -278,6 +279,10 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
         skipped_elements: if registered { ctx.dispatcher.skipped(&key) } else { 0 },
         scaling,
         cache: status::cache_status(cache.as_ref()),
+        endpoint: Some(granary_crds::Endpoint {
+            dispatcher: ctx.config.workers.dispatcher.clone(),
+            pipeline: key.clone(),
+        }),
     };
     let written = write_status(&p, ctx, &key, &uid, &observed).await?;
     if completion && written.phase == Some(granary_crds::PipelinePhase::Completed) {
@@ -428,7 +433,7 @@ async fn write_status(
     uid: &str,
     observed: &Observed,
 ) -> Result<InputPipelineStatus, Error> {
-    let next = status::status(p.status.as_ref(), observed, &now());
+    let next = status::status(p.status.as_ref(), observed, now());
     let substance_changed = p.status.as_ref().map(substance) != Some(substance(&next));
     let stale =
         ctx.with(key, uid, |t| t.status_written.is_none_or(|at| at.elapsed() >= ctx.config.status_period));
@@ -440,8 +445,8 @@ async fn write_status(
 }
 
 /// Now, to the second, as status timestamps are written (RFC 3339).
-fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default().to_string()
+fn now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default()
 }
 
 /// Merge-patches `p`'s status from what it holds to `next`.

@@ -2,9 +2,11 @@
 //! the dispatcher could register it, the worker Deployment's counts, the dispatcher's progress
 //! and metrics, the autoscaler's latest reason and the autocacher's decision.
 
-use granary_crds::{CacheStatus, InputPipelineStatus, PipelineCondition, PipelinePhase, SourceCacheEntry};
+use granary_crds::{CacheStatus, Endpoint, InputPipelineStatus, PipelinePhase, SourceCacheEntry};
 use granary_dispatcher::autoscaler::ScalingReport;
 use granary_dispatcher::{CacheReport, JobProgress, MetricsSnapshot};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 
 /// What the dispatcher knows of a pipeline.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +47,8 @@ pub struct Observed {
     pub scaling: Option<ScalingReport>,
     /// The cache's state.
     pub cache: CacheStatus,
+    /// Where trainers connect, once the dispatcher serves the pipeline.
+    pub endpoint: Option<Endpoint>,
 }
 
 /// Throughput and trainer wait fraction from the consumers' latest reports.
@@ -90,19 +94,25 @@ pub fn cache_status(report: Option<&CacheReport>) -> CacheStatus {
     }
 }
 
-fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> PipelineCondition {
-    PipelineCondition {
+/// A condition as `metav1.Condition`; [`stamp`] sets its generation and transition time.
+fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
         type_: type_.into(),
         status: if status { "True" } else { "False" }.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_transition_time: None,
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: None,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }
 }
 
 /// The status for `observed`. Conditions keep their `lastTransitionTime` from `previous` while
-/// their status holds; a changed one gets `now` (RFC 3339).
-pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: &str) -> InputPipelineStatus {
+/// their status holds; a changed one gets `now`.
+pub fn status(
+    previous: Option<&InputPipelineStatus>,
+    observed: &Observed,
+    now: Timestamp,
+) -> InputPipelineStatus {
     let o = observed;
     let completed =
         !o.progress.is_empty() && o.progress.iter().all(|j| j.declared > 0 && j.finished >= j.declared);
@@ -203,7 +213,7 @@ pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: 
         }
     };
     let mut conditions = vec![ready, scaling, caching, degraded];
-    stamp(&mut conditions, previous, now);
+    stamp(&mut conditions, previous, o.generation, now);
     let registered = o.registration == Registration::Registered;
     InputPipelineStatus {
         phase: Some(phase),
@@ -216,18 +226,25 @@ pub fn status(previous: Option<&InputPipelineStatus>, observed: &Observed, now: 
         epoch: if registered { o.progress.iter().map(|j| j.epoch).min() } else { None },
         skipped_elements: (registered && o.skipped_elements > 0).then_some(o.skipped_elements),
         observed_generation: o.generation,
+        endpoint: if registered { o.endpoint.clone() } else { None },
         conditions,
     }
 }
 
-/// Gives each condition its `lastTransitionTime`: the previous one while its status holds, else
-/// `now`.
-fn stamp(conditions: &mut [PipelineCondition], previous: Option<&InputPipelineStatus>, now: &str) {
+/// Gives each condition the generation it describes, and its `lastTransitionTime`: the previous
+/// one while its status holds, else `now`.
+fn stamp(
+    conditions: &mut [Condition],
+    previous: Option<&InputPipelineStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
     for c in conditions {
         let before = previous.and_then(|p| p.conditions.iter().find(|b| b.type_ == c.type_));
+        c.observed_generation = generation;
         c.last_transition_time = match before {
             Some(b) if b.status == c.status => b.last_transition_time.clone(),
-            _ => Some(now.to_string()),
+            _ => Time(now),
         };
     }
 }
@@ -240,14 +257,14 @@ pub fn failed_reconcile(
     previous: Option<&InputPipelineStatus>,
     generation: Option<i64>,
     why: &str,
-    now: &str,
+    now: Timestamp,
 ) -> InputPipelineStatus {
     let mut next = previous.cloned().unwrap_or_default();
     let mut failed = vec![
         condition("Ready", false, "ReconcileFailed", why),
         condition("Degraded", true, "ReconcileFailed", why),
     ];
-    stamp(&mut failed, previous, now);
+    stamp(&mut failed, previous, generation, now);
     for c in failed {
         match next.conditions.iter_mut().find(|b| b.type_ == c.type_) {
             Some(slot) => *slot = c,
@@ -268,6 +285,15 @@ mod tests {
     use super::*;
     use granary_dispatcher::Mode;
 
+    /// A time `n` seconds after the epoch.
+    fn t(n: i64) -> Timestamp {
+        Timestamp::from_second(n).unwrap()
+    }
+
+    fn at(n: i64) -> Time {
+        Time(t(n))
+    }
+
     fn observed(registration: Registration, ready: u32, desired: u32) -> Observed {
         Observed {
             generation: Some(3),
@@ -282,6 +308,10 @@ mod tests {
             skipped_elements: 0,
             scaling: None,
             cache: CacheStatus { state: "off".into(), ..Default::default() },
+            endpoint: Some(Endpoint {
+                dispatcher: "granary-dispatcher.granary.svc:7070".into(),
+                pipeline: "ns/p".into(),
+            }),
         }
     }
 
@@ -297,9 +327,9 @@ mod tests {
         }
     }
 
-    fn cond<'a>(s: &'a InputPipelineStatus, t: &str) -> (&'a str, &'a str, &'a str) {
-        let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
-        (c.status.as_str(), c.reason.as_deref().unwrap(), c.message.as_deref().unwrap())
+    fn cond<'a>(s: &'a InputPipelineStatus, kind: &str) -> (&'a str, &'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == kind).unwrap();
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
     }
 
     #[test]
@@ -334,7 +364,7 @@ mod tests {
             ("failed", failed, Failed, "False", "PipelineFailed"),
         ];
         for (what, o, phase, ready, reason) in table {
-            let s = status(None, &o, "2026-11-21T10:00:00Z");
+            let s = status(None, &o, t(1_795_000_000));
             assert_eq!(s.phase, Some(phase), "{what}");
             assert_eq!(cond(&s, "Ready").0, ready, "{what}");
             assert_eq!(cond(&s, "Ready").1, reason, "{what}");
@@ -346,24 +376,24 @@ mod tests {
     #[test]
     fn skipped_elements_show_once_there_are_any() {
         let o = Observed { skipped_elements: 1, ..observed(Registration::Registered, 2, 2) };
-        assert_eq!(status(None, &o, "t").skipped_elements, Some(1));
-        assert_eq!(status(None, &observed(Registration::Registered, 2, 2), "t").skipped_elements, None);
+        assert_eq!(status(None, &o, t(9)).skipped_elements, Some(1));
+        assert_eq!(status(None, &observed(Registration::Registered, 2, 2), t(9)).skipped_elements, None);
         let invalid = Observed { skipped_elements: 1, ..observed(Registration::Invalid("x".into()), 0, 0) };
-        assert_eq!(status(None, &invalid, "t").skipped_elements, None);
+        assert_eq!(status(None, &invalid, t(9)).skipped_elements, None);
     }
 
     #[test]
     fn an_invalid_spec_names_the_field_and_reports_no_rates() {
         let o = observed(Registration::Invalid("spec.cache.at: no stage named `x`".into()), 0, 0);
-        let s = status(None, &o, "t");
+        let s = status(None, &o, t(9));
         assert!(cond(&s, "Ready").2.starts_with("spec.cache.at:"));
         assert_eq!((s.throughput, s.trainer_wait_fraction, s.epoch), (None, None, None));
     }
 
     #[test]
     fn losing_every_worker_after_running_is_degraded() {
-        let running = status(None, &observed(Registration::Registered, 2, 2), "t0");
-        let s = status(Some(&running), &observed(Registration::Registered, 0, 2), "t1");
+        let running = status(None, &observed(Registration::Registered, 2, 2), t(0));
+        let s = status(Some(&running), &observed(Registration::Registered, 0, 2), t(1));
         assert_eq!(s.phase, Some(PipelinePhase::Degraded));
         assert_eq!(cond(&s, "Degraded").0, "True");
         assert_eq!(s.workers.as_deref(), Some("0/2"));
@@ -377,23 +407,23 @@ mod tests {
             last_reason: "trainers wait 40% of each step".into(),
             ..Default::default()
         });
-        let s = status(None, &o, "t");
+        let s = status(None, &o, t(9));
         assert_eq!(
             cond(&s, "Scaling"),
             ("True", "ScalingUp", "1/3 workers ready; trainers wait 40% of each step")
         );
-        let s = status(None, &observed(Registration::Registered, 2, 2), "t");
+        let s = status(None, &observed(Registration::Registered, 2, 2), t(9));
         assert_eq!(cond(&s, "Scaling"), ("False", "AtTarget", "policy fixed: 2 workers"));
     }
 
     #[test]
     fn transition_times_hold_while_a_condition_holds() {
-        let a = status(None, &observed(Registration::Registered, 2, 2), "t0");
-        let b = status(Some(&a), &observed(Registration::Registered, 2, 2), "t1");
-        assert!(b.conditions.iter().all(|c| c.last_transition_time.as_deref() == Some("t0")));
-        let c = status(Some(&b), &observed(Registration::Registered, 0, 2), "t2");
+        let a = status(None, &observed(Registration::Registered, 2, 2), t(0));
+        let b = status(Some(&a), &observed(Registration::Registered, 2, 2), t(1));
+        assert!(b.conditions.iter().all(|c| c.last_transition_time == at(0)));
+        let c = status(Some(&b), &observed(Registration::Registered, 0, 2), t(2));
         let ready = c.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-        assert_eq!(ready.last_transition_time.as_deref(), Some("t2"));
+        assert_eq!(ready.last_transition_time, at(2));
     }
 
     #[test]
@@ -417,21 +447,28 @@ mod tests {
 
     #[test]
     fn a_failed_reconcile_says_why_and_keeps_the_rest() {
-        let running = status(None, &observed(Registration::Registered, 2, 2), "t0");
+        let running = status(None, &observed(Registration::Registered, 2, 2), t(0));
         let why = "cannot scale Deployment `p-workers` to 3: forbidden";
-        let failed = failed_reconcile(Some(&running), Some(4), why, "t1");
+        let failed = failed_reconcile(Some(&running), Some(4), why, t(1));
         assert_eq!(failed.phase, Some(PipelinePhase::Degraded));
         assert_eq!(failed.observed_generation, Some(4));
         assert_eq!(failed.workers, running.workers);
         let ready = failed.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
-        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("ReconcileFailed")));
-        assert_eq!(ready.message.as_deref(), Some(why));
-        assert_eq!(ready.last_transition_time.as_deref(), Some("t1"));
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ReconcileFailed"));
+        assert_eq!(ready.message, why);
+        let generation = |kind: &str| {
+            failed.conditions.iter().find(|c| c.type_ == kind).and_then(|c| c.observed_generation)
+        };
+        assert_eq!(
+            (generation("Ready"), generation("Degraded"), generation("Caching")),
+            (Some(4), Some(4), Some(3))
+        );
+        assert_eq!(ready.last_transition_time, at(1));
         let scaling = failed.conditions.iter().find(|c| c.type_ == "Scaling").expect("Scaling");
-        assert_eq!(scaling.last_transition_time.as_deref(), Some("t0"), "untouched");
+        assert_eq!(scaling.last_transition_time, at(0), "untouched");
         // The same failure again keeps its transition time.
-        let again = failed_reconcile(Some(&failed), Some(4), why, "t2");
+        let again = failed_reconcile(Some(&failed), Some(4), why, t(2));
         let ready = again.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
-        assert_eq!(ready.last_transition_time.as_deref(), Some("t1"));
+        assert_eq!(ready.last_transition_time, at(1));
     }
 }

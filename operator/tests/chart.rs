@@ -1064,6 +1064,7 @@ fn python_stage_examples_are_valid_and_their_configmap_holds_augment_py() {
         env_secret: None,
         dispatcher: "granary-dispatcher.granary-system.svc:7070".into(),
         python_image: None,
+        pod_defaults: Default::default(),
     };
     let python_image = granary_operator::python::python_variant(&settings.image);
     let mut builtin: Vec<Value> = maps.iter().map(|m| (*m).clone()).collect();
@@ -1457,6 +1458,7 @@ fn worker_pod_specs() -> Vec<(String, Value)> {
         env_secret: Some("granary-object-store".into()),
         dispatcher: "granary-dispatcher.granary-system.svc:7070".into(),
         python_image: None,
+        pod_defaults: Default::default(),
     };
     let python_image = granary_operator::python::python_variant(&settings.image);
     let mut files: Vec<PathBuf> = ["examples", "examples/python-stage"]

@@ -131,6 +131,7 @@ impl OperatorArgs {
                     env_secret: some(&self.worker_env_secret),
                     dispatcher,
                     python_image: some(&self.worker_python_image),
+                    pod_defaults: Default::default(),
                 },
                 policy_period,
                 status_period: Duration::from_secs(10),

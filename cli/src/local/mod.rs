@@ -52,7 +52,7 @@ pub fn sizing(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Resu
             elements_per_batch: spec.batch.size,
             worker_cost_per_hour: scaling.worker_cost_per_hour,
             trainer_cost_per_hour: scaling.trainer_cost_per_hour,
-            idle_after_s: None,
+            idle_after_s: scaling.idle_after_s(),
         },
         period,
     })
