@@ -309,6 +309,7 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         self.prune_access();
         caller.join_job(&req.pipeline, job)?;
         let mut response = self.mutate(|s, now| s.register_client(&req, now)).await?;
+        self.inner.arrivals.arrived(&req.pipeline);
         caller.bind_client(&response.client_id)?;
         if let Some(access) = &self.inner.access {
             let (capability, expires) =

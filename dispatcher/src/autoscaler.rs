@@ -2,15 +2,20 @@
 //! dispatcher's latest worker and consumer metrics, and the pool is scaled to its target. Workers
 //! removed from the pool drain (finish or return their leases), and clients drop whatever a
 //! replay sends twice, so scaling never loses or duplicates an element.
+//!
+//! The scale-to-zero rule ([`ScaleToZero`]) runs on top of the policy: with `min_workers: 0`
+//! and `idle_after_s`, a pool no trainer reads for that long goes to zero; a pipeline whose every
+//! job delivered every epoch releases its workers whatever `min_workers` says. A trainer that
+//! registers while the pool is at zero wakes the autoscaler, which starts workers at once.
 
 use crate::plan::Mode;
 use crate::pool::WorkerPool;
 use crate::service::Dispatcher;
 use granary_policies as policies;
-use granary_policies::{Decision, Observation, Policy, PoolConfig};
+use granary_policies::{Decision, Observation, Policy, PoolConfig, ScaleToZero};
 use granary_proto::v1 as pb;
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -50,6 +55,11 @@ pub struct ScalingReport {
     pub scale_downs: u64,
     /// The most recent changes, oldest first.
     pub decisions: VecDeque<DecisionRecord>,
+    /// Starts from zero workers so far.
+    pub cold_starts: u64,
+    /// Seconds from the latest start from zero until a worker reported (measured at the
+    /// evaluations); `None` before the first such start completed.
+    pub last_cold_start_s: Option<f64>,
 }
 
 /// A handle on the autoscaler's report.
@@ -79,6 +89,9 @@ pub struct Autoscaler {
     last: Option<Instant>,
     desired: u32,
     scaling: Scaling,
+    idle: ScaleToZero,
+    /// When the pool last started from zero workers, until one reports.
+    cold_since: Option<Instant>,
 }
 
 impl Autoscaler {
@@ -106,6 +119,8 @@ impl Autoscaler {
             last: None,
             desired: initial,
             scaling,
+            idle: ScaleToZero::new(),
+            cold_since: None,
         }
     }
 
@@ -114,15 +129,23 @@ impl Autoscaler {
         self.scaling.clone()
     }
 
-    /// Evaluates every period until `shutdown` completes.
+    /// Evaluates every period, and at once when a trainer registers while the pool is at zero,
+    /// until `shutdown` completes.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let arrivals = self.dispatcher.trainer_arrivals(&self.pipeline);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = tick.tick() => { self.evaluate().await; }
+                () = arrivals.notified() => {
+                    if self.desired == 0 {
+                        tracing::info!(pipeline = %self.pipeline, "a trainer registered while no worker runs");
+                        self.evaluate().await;
+                    }
+                }
             }
         }
     }
@@ -140,8 +163,10 @@ impl Autoscaler {
         let dt = self.last.map_or(0.0, |last| now.duration_since(last).as_secs_f64());
         self.last = Some(now);
         let observation = self.observe(now);
-        let decision = self.policy.observe(&observation);
+        let completed = self.completed();
+        let decision = self.idle.decide(&mut *self.policy, &observation, completed);
         let at_s = observation.now_s;
+        let cold_start = self.cold_start(now, observation.running_workers, &decision);
         if decision.is_change() {
             tracing::info!(
                 pipeline = %self.pipeline,
@@ -161,6 +186,11 @@ impl Autoscaler {
             r.running = running;
             r.desired = decision.target;
             r.last_reason = decision.reason.clone();
+            match cold_start {
+                ColdStart::Began => r.cold_starts += 1,
+                ColdStart::Took(s) => r.last_cold_start_s = Some(s),
+                ColdStart::None => {}
+            }
             if decision.is_change() {
                 if decision.target > from {
                     r.scale_ups += 1;
@@ -181,7 +211,37 @@ impl Autoscaler {
         decision
     }
 
-    /// The policy's view of the pipeline now. Workers count as running once they report.
+    /// Whether every job of the pipeline delivered every epoch (as the operator's Completed
+    /// phase): then, with no trainer attached, the pool releases its workers.
+    fn completed(&self) -> bool {
+        let progress = self.dispatcher.progress(&self.pipeline);
+        !progress.is_empty() && progress.iter().all(|j| j.declared > 0 && j.finished >= j.declared)
+    }
+
+    /// Tracks starts from zero: one begins when the target leaves zero, and took until the
+    /// first evaluation that finds a worker running.
+    fn cold_start(&mut self, now: Instant, running: u32, decision: &Decision) -> ColdStart {
+        if let Some(since) = self.cold_since {
+            if decision.target == 0 {
+                self.cold_since = None;
+            } else if running > 0 {
+                self.cold_since = None;
+                let took = now.duration_since(since).as_secs_f64();
+                tracing::info!(pipeline = %self.pipeline, "cold start: a worker runs {took:.1} s after starting from zero");
+                return ColdStart::Took(took);
+            }
+            return ColdStart::None;
+        }
+        if self.desired == 0 && decision.target > 0 && running == 0 {
+            self.cold_since = Some(now);
+            return ColdStart::Began;
+        }
+        ColdStart::None
+    }
+
+    /// The policy's view of the pipeline now. Workers count as running once they report;
+    /// consumers while they are attached (registered, neither gone nor finished), with zero
+    /// metrics when none reported yet.
     fn observe(&self, now: Instant) -> Observation {
         let snapshot = self.dispatcher.snapshot(&self.pipeline);
         let reporting = u32::try_from(snapshot.workers.len()).unwrap_or(u32::MAX);
@@ -203,9 +263,22 @@ impl Autoscaler {
                 (p.job, job)
             })
             .collect();
+        let attached: BTreeSet<(String, u32)> =
+            self.dispatcher.attached(&self.pipeline).into_iter().collect();
+        let mut reported = false;
         for (job, index, m) in &snapshot.consumers {
-            if let Some(j) = jobs.get_mut(job) {
+            if let (Some(j), true) = (jobs.get_mut(job), attached.contains(&(job.clone(), *index))) {
                 j.consumers.push(consumer(*index, m));
+                reported = true;
+            }
+        }
+        // Trainers that registered but never reported still count as attached (one waiting on a
+        // pool at zero finishes no step to report); they are left out once another reports, so
+        // that their unknown step time does not hide the known demand.
+        let unreported = if reported { Vec::new() } else { attached.iter().collect() };
+        for (job, index) in unreported {
+            if let Some(j) = jobs.get_mut(job) {
+                j.consumers.push(policies::ConsumerMetrics { consumer_index: *index, ..Default::default() });
             }
         }
         Observation {
@@ -217,6 +290,13 @@ impl Autoscaler {
             config: self.config.clone(),
         }
     }
+}
+
+/// What an evaluation did to the tracking of starts from zero.
+enum ColdStart {
+    None,
+    Began,
+    Took(f64),
 }
 
 fn worker(m: &pb::WorkerMetrics) -> policies::WorkerMetrics {
@@ -250,3 +330,6 @@ fn consumer(index: u32, m: &pb::ClientMetrics) -> policies::ConsumerMetrics {
         batches_per_second: m.batches_per_second,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod api;
+mod arrivals;
 pub mod autoscaler;
 pub mod cache_io;
 pub mod catalog;

@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     pub(crate) access: Option<crate::access::Access>,
     /// `DispatcherConfig::tls`.
     pub(crate) tls: Option<granary_security::TlsMaterial>,
+    /// Trainer registrations, signalled to the autoscalers.
+    pub(crate) arrivals: crate::arrivals::Arrivals,
 }
 
 /// The dispatcher: cheap to clone, shared by the gRPC service and its host.
@@ -136,6 +138,7 @@ impl Dispatcher {
                 evicting: tokio::sync::Mutex::new(()),
                 access: config.auth_key.as_ref().map(crate::access::Access::new),
                 tls: config.tls.clone(),
+                arrivals: crate::arrivals::Arrivals::default(),
             }),
         }
     }
@@ -334,6 +337,18 @@ impl Dispatcher {
     /// Latest worker and consumer metrics of a pipeline.
     pub fn snapshot(&self, pipeline: &str) -> MetricsSnapshot {
         self.state().snapshot(pipeline)
+    }
+
+    /// The consumers reading `pipeline` now, as `(job, index)`: registered, neither gone nor
+    /// finished, whether or not they reported metrics yet.
+    pub fn attached(&self, pipeline: &str) -> Vec<(String, u32)> {
+        self.state().attached(pipeline)
+    }
+
+    /// Signalled each time a trainer registers for `pipeline` (one permit is kept while nobody
+    /// waits), so its autoscaler can start workers at once when the pool is at zero.
+    pub fn trainer_arrivals(&self, pipeline: &str) -> Arc<tokio::sync::Notify> {
+        self.inner.arrivals.of(pipeline)
     }
 
     /// Workers registered for a pipeline.

@@ -2,6 +2,7 @@
 //! start, as data) in, answers and journal events out. No I/O and no clock here, so every rule is
 //! tested directly.
 
+mod attached;
 mod cache;
 mod collect;
 mod consumers;
