@@ -1,6 +1,7 @@
 //! The named scenarios. Every one runs an ImageNet-like pipeline (decode, crop, normalize: 2.3
 //! CPU seconds per 256-element batch, 8 cores per worker, so one worker makes 3.47 batches/s) and
-//! is sized so that the oracle's count is between 1 and 6.
+//! is sized so that the oracle's count is between 1 and 6 while trainers are connected (in
+//! `bursty` they come and go, and the oracle has none between them).
 
 use super::scenario::{JobSpec, Phase, Scenario, StageSpec};
 use crate::error::Error;
@@ -20,7 +21,8 @@ fn job(name: &str, consumers: u32, batches: u64) -> JobSpec {
     }
 }
 
-/// A job whose trainers connect at `start_s` and take `batches_per_second` for `minutes`.
+/// A distributed job whose `consumers` connect at `start_s` and step every `step_seconds` for
+/// `minutes`.
 fn session(name: &str, start_s: f64, consumers: u32, step_seconds: f64, minutes: f64) -> JobSpec {
     let batches = (f64::from(consumers) / step_seconds * minutes * 60.0).round() as u64;
     JobSpec { start_s, ..job(name, consumers, batches) }
