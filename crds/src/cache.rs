@@ -46,6 +46,34 @@ pub struct CacheSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$"))]
     pub ttl: Option<String>,
+    /// What happens to the entries this pipeline created when the InputPipeline is deleted:
+    /// `remove` (the default) deletes those no other pipeline is writing or reading; `keep`
+    /// leaves them for later pipelines with the same source and stages (eviction by `ttl` and
+    /// budget still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_delete: Option<OnDelete>,
+}
+
+/// The fate of a deleted pipeline's cache entries.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDelete {
+    /// Delete the entries it created, except those another pipeline uses.
+    #[default]
+    Remove,
+    /// Leave them in the store.
+    Keep,
+}
+
+impl CacheSpec {
+    /// The store whose entries this pipeline created go when it is deleted: `store`, unless
+    /// `onDelete: keep`.
+    pub fn store_to_clean(&self) -> Option<&str> {
+        match self.on_delete.unwrap_or_default() {
+            OnDelete::Remove => self.store.as_deref(),
+            OnDelete::Keep => None,
+        }
+    }
 }
 
 /// Caching policy.

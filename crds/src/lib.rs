@@ -24,7 +24,7 @@ mod suggest;
 pub mod validate;
 pub mod workers;
 
-pub use cache::{ByteSize, CachePolicy, CacheSpec};
+pub use cache::{ByteSize, CachePolicy, CacheSpec, OnDelete};
 pub use errors::{ErrorPolicy, ErrorsSpec};
 pub use manifest::{Manifest, load_manifest, parse_manifest};
 pub use mixing::{Input, InputPath, MixStop, MixingSpec, WeightedSource};

@@ -6,6 +6,7 @@ pub mod access;
 pub mod api;
 mod arrivals;
 pub mod autoscaler;
+pub mod cache_cleanup;
 pub mod cache_io;
 pub mod catalog;
 pub mod exposition;

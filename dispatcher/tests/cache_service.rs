@@ -167,3 +167,32 @@ async fn a_profile_reads_what_the_store_holds_and_eviction_keeps_it() {
     let left: Vec<String> = store.list_entries().await.unwrap().into_iter().map(|e| e.fingerprint).collect();
     assert_eq!(left, vec![fp(1)]);
 }
+
+#[tokio::test]
+async fn a_deleted_pipeline_takes_its_own_entries_and_leaves_those_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/", dir.path().display());
+    let store = CacheStore::open(&url).unwrap();
+    write_entry(&store, &fp(1), "ns/other", 2).await; // another pipeline's
+    write_entry(&store, &fp(2), "ns/gone", 1).await; // the deleted one's, unused
+    write_entry(&store, &fp(3), "ns/gone", 1).await; // the deleted one's, read by `p`
+
+    let d = Dispatcher::new(DispatcherConfig::default(), Arc::new(TwoSplits)).await.unwrap();
+    let info = d.register("p", &manifest(&url)).await.unwrap();
+    let mut reads_three = profile();
+    reads_three.boundaries[1].fingerprint = fp(3);
+    let req = pb::ReportCacheProfileRequest {
+        worker_id: "w".into(),
+        pipeline: "p".into(),
+        generation: info.generation,
+        profile: Some(reads_three),
+    };
+    d.report_cache_profile(Request::new(req)).await.unwrap();
+    assert_eq!(d.cache_report("p").unwrap().fingerprint, Some(fp(3)), "`p` uses the entry");
+
+    let done = d.remove_cache_entries("ns/gone", &url).await.unwrap();
+    assert_eq!((done.removed, done.kept), (vec![fp(2)], vec![fp(3)]));
+    assert!(done.objects > 0 && done.bytes > 0);
+    let left: Vec<String> = store.list_entries().await.unwrap().into_iter().map(|e| e.fingerprint).collect();
+    assert_eq!(left, vec![fp(1), fp(3)]);
+}

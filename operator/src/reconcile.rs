@@ -482,8 +482,10 @@ fn substance(s: &InputPipelineStatus) -> InputPipelineStatus {
     s
 }
 
-/// A deleted pipeline: stop its autoscaler and drop it from the dispatcher. Its Deployment and
-/// Service go with it (owner references); cache entries stay in their store.
+/// A deleted pipeline: stop its autoscaler, drop it from the dispatcher, and remove the cache
+/// entries it created that no other pipeline uses (unless `spec.cache.onDelete: keep`). Its
+/// Deployment and Service go with it (owner references). A store that cannot be cleaned is
+/// reported in a Warning Event and does not hold the deletion up.
 async fn cleanup(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
     let namespace = p.namespace().ok_or_else(|| Error::NoNamespace(p.name_any()))?;
     let key = pipeline_key(&namespace, &p.name_any());
@@ -493,7 +495,32 @@ async fn cleanup(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> 
         "stopped autoscaling and removed `{key}` from the dispatcher; workers go with the Deployment"
     );
     ctx.notifier.publish(&p.object_ref(&()), Note::normal("Cleanup", text)).await;
+    if let Some(store) = p.spec.cache.as_ref().and_then(|c| c.store_to_clean()) {
+        let note = match ctx.dispatcher.remove_cache_entries(&key, store).await {
+            Ok(done) => Note::normal("CacheRemoved", cache_cleanup_text(store, &done)),
+            Err(e) => Note::warning(
+                "CacheCleanupFailed",
+                format!(
+                    "cannot remove the cache entries `{key}` created in {store}: {e}; they stay until evicted"
+                ),
+            ),
+        };
+        ctx.notifier.publish(&p.object_ref(&()), note).await;
+    }
     Ok(Action::await_change())
+}
+
+fn cache_cleanup_text(store: &str, done: &granary_dispatcher::cache_cleanup::CleanedUp) -> String {
+    let mut text = format!(
+        "removed {} cache entries ({} objects, {} bytes) from {store}",
+        done.removed.len(),
+        done.objects,
+        done.bytes
+    );
+    if !done.kept.is_empty() {
+        text.push_str(&format!("; kept {} that other pipelines use", done.kept.len()));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -44,8 +44,9 @@ pub struct WorkersSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     /// ServiceAccount the worker pods run as, in the pipeline's namespace: the identity cloud
-    /// object stores map to a role (IRSA on EKS, Workload Identity on GKE). Its token is then
-    /// mounted; without this field the pods mount none.
+    /// object stores map to a role (IRSA on EKS, Workload Identity on GKE). The pods still mount
+    /// no Kubernetes API token: IRSA's webhook adds its own projected token, and GKE's metadata
+    /// server needs none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: Option<String>,

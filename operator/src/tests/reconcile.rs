@@ -265,7 +265,28 @@ async fn an_unreachable_source_is_reported_and_retried() {
 async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finalizer() {
     let (client, mut server) = ApiServer::start();
     let ctx = context(client, true).await;
-    let object = p(1, json!({"scaling": {"minWorkers": 1, "maxWorkers": 3}}));
+    let cache = tempfile::tempdir().unwrap();
+    let store_url = format!("file://{}/", cache.path().display());
+    let store = granary_store::cache::CacheStore::open(&store_url).unwrap();
+    for (n, creator) in [(1u64, "ns/p"), (2, "ns/q")] {
+        let info = granary_store::cache::EntryInfo {
+            format_version: granary_store::cache::FORMAT_VERSION,
+            fingerprint: format!("{n:064x}"),
+            pipeline: creator.into(),
+            source_url: "s3://bucket/train/".into(),
+            boundary: 1,
+            stage: "a".into(),
+            stages: vec!["a".into()],
+            splits_total: 1,
+            created_unix_s: 1,
+            last_used_unix_s: 1,
+        };
+        store.put_entry_info(&info).await.unwrap();
+    }
+    let object = p(
+        1,
+        json!({"scaling": {"minWorkers": 1, "maxWorkers": 3}, "cache": {"policy": "never", "store": store_url}}),
+    );
     let task = tokio::spawn(reconcile(Arc::new(object.clone()), ctx.clone()));
     expect_applies(&mut server, 1, 1).await;
     expect_event(&mut server, "Registered").await;
@@ -281,6 +302,10 @@ async fn deletion_stops_autoscaling_forgets_the_pipeline_and_removes_the_finaliz
     let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), ctx.clone()));
     let cleanup = expect_event(&mut server, "Cleanup").await;
     assert!(cleanup["note"].as_str().unwrap().contains("removed `ns/p` from the dispatcher"));
+    let removed = expect_event(&mut server, "CacheRemoved").await;
+    assert!(removed["note"].as_str().unwrap().starts_with("removed 1 cache entries"), "{removed}");
+    let left: Vec<String> = store.list_entries().await.unwrap().into_iter().map(|e| e.fingerprint).collect();
+    assert_eq!(left, [format!("{:064x}", 2)], "another pipeline's entry stays");
     let patch =
         server.expect("PATCH", &format!("{PIPELINES}/p"), |_| serde_json::to_value(&deleting).unwrap()).await;
     assert_eq!(patch.body[1], json!({"op": "remove", "path": "/metadata/finalizers/0"}));
