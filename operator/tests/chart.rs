@@ -335,7 +335,7 @@ fn kubernetes_validate(file: &Path, count: usize, version: &str) {
 
 #[test]
 fn rendered_objects_are_valid_for_kubernetes_1_20_and_the_newest() {
-    let mut builtin: Vec<Value> =
+    let builtin: Vec<Value> =
         render_defaults().into_iter().chain(render_everything()).filter(is_builtin).collect();
     for kind in ["CustomResourceDefinition", "Deployment", "Service", "ClusterRole", "Role", "RoleBinding"] {
         assert!(builtin.iter().any(|d| kind_of(d) == kind), "no {kind} rendered");
@@ -352,6 +352,19 @@ fn rendered_objects_are_valid_for_kubernetes_1_20_and_the_newest() {
     // JSONSchemaProps, and its API server silently drops the key when it stores the CRD (there,
     // only the operator's own validation, Ready=False InvalidSpec, catches what they would). So
     // at 1.20 the CRD is validated with that key removed; at the newest version, as it is.
+    // Rendered for 1.20 (`--kube-version`), as `helm install` renders for the server it talks
+    // to: the PodDisruptionBudget is policy/v1beta1 there.
+    let old = ["--include-crds", "--kube-version", "1.20.0"];
+    let mut builtin: Vec<Value> = documents(&template("granary", &old))
+        .into_iter()
+        .chain(documents(&template("ml", &[&old[..], &["-f", EVERYTHING]].concat())))
+        .filter(is_builtin)
+        .collect();
+    let budget = one(&builtin, "PodDisruptionBudget", None);
+    assert_eq!(
+        budget["apiVersion"], "policy/v1beta1",
+        "Kubernetes 1.20 has no policy/v1 PodDisruptionBudget"
+    );
     for doc in builtin.iter_mut().filter(|d| kind_of(d) == "CustomResourceDefinition") {
         strip_cel_rules(doc);
     }
@@ -890,7 +903,9 @@ fn operator_deployment_and_services_follow_the_contract() {
         let env = env_of(container);
         assert_eq!(env["POD_NAME"], json!({"fieldRef": {"fieldPath": "metadata.name"}}));
         assert_eq!(env["POD_NAMESPACE"], json!({"fieldRef": {"fieldPath": "metadata.namespace"}}));
-        assert_eq!(env["GRANARY_DISPATCHER_ADVERTISE"], format!("granary-dispatcher.{NAMESPACE}.svc:7070"));
+        // Named after the release: `granary-dispatcher` for the release `granary`.
+        let service = format!("{}-dispatcher", name_of(deployment));
+        assert_eq!(env["GRANARY_DISPATCHER_ADVERTISE"], format!("{service}.{NAMESPACE}.svc:7070"));
         let resources: ResourceRequirements = serde_json::from_str(
             env["GRANARY_WORKER_RESOURCES"].as_str().expect("a string"),
         )
@@ -927,7 +942,7 @@ fn operator_deployment_and_services_follow_the_contract() {
             assert_eq!(limits["memory"].0, "2Gi");
         }
 
-        // The dispatcher Service: fixed name, ClusterIP, port grpc 7070, selecting the operator pods.
+        // The dispatcher Service: the release's, ClusterIP, port grpc 7070, selecting the operator pods.
         let selects_pods = |service: &Value| {
             service["spec"]["selector"]
                 .as_object()
@@ -935,14 +950,14 @@ fn operator_deployment_and_services_follow_the_contract() {
                 .iter()
                 .all(|(k, v)| &pod_labels[k] == v)
         };
-        let dispatcher = one(&docs, "Service", Some("granary-dispatcher"));
+        let dispatcher = one(&docs, "Service", Some(&service));
         assert_eq!(dispatcher["metadata"]["namespace"], NAMESPACE);
         assert_eq!(dispatcher["spec"]["type"], "ClusterIP");
         assert_eq!(
             dispatcher["spec"]["ports"],
             json!([{"name": "grpc", "port": 7070, "targetPort": "grpc", "protocol": "TCP"}])
         );
-        assert!(selects_pods(dispatcher), "({label}) granary-dispatcher does not select the operator pods");
+        assert!(selects_pods(dispatcher), "({label}) {service} does not select the operator pods");
         let metrics_name = format!("{}-metrics", name_of(deployment));
         let metrics = one(&docs, "Service", Some(&metrics_name));
         assert_eq!(metrics["spec"]["ports"][0]["name"], "metrics");
@@ -1608,3 +1623,6 @@ fn security_is_on_by_default_and_cert_manager_writes_the_ca_the_operator_reads()
     ));
     assert!(!docs.iter().any(|d| kind_of(d) == "Certificate"), "no CA without security");
 }
+
+#[path = "chart/releases.rs"]
+mod releases;

@@ -10,6 +10,25 @@ contain "granary"; at most 63 characters (a DNS label) less room for the `-metri
 {{- end -}}
 {{- end -}}
 
+{{/*
+The dispatcher's Service: `<full name>-dispatcher`, the full name cut to leave room for the
+suffix in a DNS label (63). Every name of a release derives from the release name, so several
+releases fit in one namespace.
+*/}}
+{{- define "granary.dispatcherService" -}}
+{{- printf "%s-dispatcher" (include "granary.fullname" . | trunc 52 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The address workers and trainers dial: the dispatcher Service's name in the namespace. */}}
+{{- define "granary.dispatcherAddress" -}}
+{{- printf "%s.%s.svc:7070" (include "granary.dispatcherService" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The leader-election Lease of the release's operator replicas. */}}
+{{- define "granary.leaseName" -}}
+{{- printf "%s-operator" (include "granary.fullname" .) -}}
+{{- end -}}
+
 {{/* Chart name and version, for the helm.sh/chart label. */}}
 {{- define "granary.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
