@@ -28,6 +28,7 @@
 //! `GRANARY_E2E_DISPATCHER_ADVERTISE` (what workers dial; default the listen address, right for
 //! workers on this host). Operator logs go to the test's stderr.
 
+mod helm;
 mod identity;
 mod outage;
 mod python;
