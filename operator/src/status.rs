@@ -154,6 +154,20 @@ pub fn status(
                     condition("Ready", true, "Completed", "every job delivered every epoch"),
                     condition("Degraded", false, "AsExpected", "completed"),
                 )
+            } else if o.ready_workers == 0 && o.desired_workers == 0 && o.scaling.is_some() {
+                let why = o.scaling.as_ref().map(|s| s.last_reason.clone()).unwrap_or_default();
+                (
+                    PipelinePhase::Running,
+                    condition(
+                        "Ready",
+                        true,
+                        "ScaledToZero",
+                        format!(
+                            "0 workers while no trainer is attached ({why}); a trainer connecting starts them"
+                        ),
+                    ),
+                    condition("Degraded", false, "AsExpected", "idle"),
+                )
             } else if o.ready_workers == 0 {
                 let was_running = previous
                     .and_then(|p| p.phase)
@@ -388,6 +402,23 @@ mod tests {
         let s = status(None, &o, t(9));
         assert!(cond(&s, "Ready").2.starts_with("spec.cache.at:"));
         assert_eq!((s.throughput, s.trainer_wait_fraction, s.epoch), (None, None, None));
+    }
+
+    #[test]
+    fn a_pool_scaled_to_zero_is_running_and_idle() {
+        let mut o = observed(Registration::Registered, 0, 0);
+        o.scaling = Some(ScalingReport {
+            desired: 0,
+            last_reason: "no trainer attached for 300 s: releasing every worker".into(),
+            ..Default::default()
+        });
+        let running = status(None, &observed(Registration::Registered, 2, 2), t(0));
+        let s = status(Some(&running), &o, t(1));
+        assert_eq!(s.phase, Some(PipelinePhase::Running));
+        let (ready, reason, message) = cond(&s, "Ready");
+        assert_eq!((ready, reason), ("True", "ScaledToZero"));
+        assert!(message.contains("no trainer attached for 300 s"), "{message}");
+        assert_eq!(cond(&s, "Degraded").0, "False");
     }
 
     #[test]
