@@ -96,7 +96,8 @@ pub struct PoolConfig {
     /// Price of one consumer (trainer process with its accelerators) per hour, when known.
     pub trainer_cost_per_hour: Option<f64>,
     /// With `min_workers: 0`: seconds without any connected consumer after which the pool goes
-    /// to zero workers. `None`: the pool never goes below one worker.
+    /// to zero workers, and below which it keeps one while workers run (the scale-to-zero rule,
+    /// `idle`). `None`: no such rule; the policy alone sizes the pool within the bounds.
     #[serde(default)]
     pub idle_after_s: Option<f64>,
 }
