@@ -40,3 +40,12 @@ def test_pytorch_example_trains_resnet50(service, tmp_path, run_python):
     )
     assert "step 2: loss" in output and "done after 2 steps" in output, output
     assert (tmp_path / "resnet.pt").exists()
+
+
+def test_kubernetes_trainer_reads_one_epoch(service, run_python):
+    require("torch")
+    script = EXAMPLES / "kubernetes" / "trainer.py"
+    output = run_python(
+        script, "--dispatcher", service.dispatcher, "--pipeline", service.pipeline, "--job", "example-k8s"
+    )
+    assert output.startswith("epoch done: ") and " batches, " in output, output
