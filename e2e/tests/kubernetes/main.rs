@@ -30,6 +30,7 @@
 
 mod helm;
 mod identity;
+mod idle;
 mod outage;
 mod python;
 mod running;
@@ -129,6 +130,14 @@ async fn workers_run_and_are_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_runs_scales_and_stops_on_a_node() {
     run_test("loop", running::whole_loop).await;
+}
+
+/// `minWorkers: 0`: no worker until a trainer connects, none again `idleAfter` after it left,
+/// workers again for a trainer that resumes, none once the epoch is complete; exactly once
+/// across it all, and standard conditions throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pipeline_scales_to_zero_and_back() {
+    run_test("idle", idle::scale_to_zero).await;
 }
 
 /// A `python.map` stage whose code is a ConfigMap (`spec.python.configMap`) runs in the worker
@@ -1251,7 +1260,7 @@ async fn check_workers(c: &Cluster, p: &DynamicObject) -> Result<(Deployment, Se
 }
 
 /// Checks that `p`'s status describes its current generation, has a contract phase, and a
-/// `Ready` condition with a reason, a message and a transition time.
+/// `Ready` condition with a reason, a message, a transition time and its generation.
 fn check_reconciled(p: &DynamicObject) -> Result<()> {
     let generation = p.metadata.generation;
     let observed = p.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
@@ -1269,6 +1278,11 @@ fn check_reconciled(p: &DynamicObject) -> Result<()> {
             "the Ready condition has no {field}: {ready}"
         );
     }
+    ensure!(
+        ready["observedGeneration"].as_i64() == generation,
+        "the Ready condition describes generation {} (metav1.Condition's observedGeneration), not {generation:?}",
+        ready["observedGeneration"]
+    );
     Ok(())
 }
 
