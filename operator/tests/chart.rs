@@ -918,6 +918,11 @@ fn operator_deployment_and_services_follow_the_contract() {
             assert_eq!(env["GRANARY_WORKER_IMAGE_PULL_POLICY"], "IfNotPresent");
             assert_eq!(env["GRANARY_JOURNAL"], "s3://ml-data/granary/journal");
             assert_eq!(env["GRANARY_WORKER_ENV_SECRET"], "granary-object-store");
+            let defaults: granary_crds::WorkersSpec =
+                serde_json::from_str(env["GRANARY_WORKER_POD_DEFAULTS"].as_str().expect("a string"))
+                    .expect("GRANARY_WORKER_POD_DEFAULTS is spec.workers' shape");
+            assert_eq!(defaults.node_selector["pool"], "cpu");
+            assert!(defaults.problems_as_defaults("workers.pod").is_empty());
             assert_eq!(env["GRANARY_WATCH_NAMESPACE"], EVERYTHING_WATCHED.join(","));
             assert_eq!(container["envFrom"], json!([{"secretRef": {"name": "granary-object-store"}}]));
             // `cpu: 4` in the values file is a YAML number; the operator gets the string "4".
@@ -934,7 +939,12 @@ fn operator_deployment_and_services_follow_the_contract() {
                 granary_operator::python::python_variant("ghcr.io/granary-dev/granary:0.1.0").as_str()
             );
             assert_eq!(env["GRANARY_WORKER_IMAGE_PULL_POLICY"], "IfNotPresent");
-            for absent in ["GRANARY_JOURNAL", "GRANARY_WORKER_ENV_SECRET", "GRANARY_WATCH_NAMESPACE"] {
+            for absent in [
+                "GRANARY_JOURNAL",
+                "GRANARY_WORKER_ENV_SECRET",
+                "GRANARY_WATCH_NAMESPACE",
+                "GRANARY_WORKER_POD_DEFAULTS",
+            ] {
                 assert!(!env.contains_key(absent), "({label}) {absent} set while its value is empty");
             }
             assert!(container.get("envFrom").is_none(), "({label}) envFrom without a credentials secret");

@@ -3,6 +3,7 @@
 
 use crate::exit::InvalidInput;
 use anyhow::Context;
+use granary_crds::WorkersSpec;
 use granary_operator::credentials::SecurityOptions;
 use granary_operator::{OperatorConfig, OperatorError, OperatorOptions, WorkerSettings};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -56,6 +57,11 @@ pub struct OperatorArgs {
     /// (`{"requests":{"cpu":"1","memory":"1Gi"}}`).
     #[arg(long, env = "GRANARY_WORKER_RESOURCES")]
     pub worker_resources: Option<String>,
+    /// Pod settings every pipeline's workers start from, in `spec.workers`' JSON shape without
+    /// `image` and `resources` (`{"nodeSelector":{"pool":"cpu"},"tolerations":[...]}`); each
+    /// pipeline's `spec.workers` is merged over them. The chart's `workers.pod`.
+    #[arg(long, env = "GRANARY_WORKER_POD_DEFAULTS")]
+    pub worker_pod_defaults: Option<String>,
     /// Secret whose keys become the workers' environment (object-store credentials); looked up
     /// in each pipeline's namespace, optional there.
     #[arg(long, env = "GRANARY_WORKER_ENV_SECRET")]
@@ -99,6 +105,23 @@ impl OperatorArgs {
                      {{\"requests\":{{\"cpu\":\"1\"}}}} ({e})"
                 ))
             })?;
+        let pod_defaults = match some(&self.worker_pod_defaults) {
+            None => WorkersSpec::default(),
+            Some(json) => {
+                let defaults: WorkersSpec = serde_json::from_str(&json).map_err(|e| {
+                    InvalidInput(format!(
+                        "--worker-pod-defaults (chart value `workers.pod`) must be spec.workers' fields in JSON, \
+                         e.g. {{\"nodeSelector\":{{\"pool\":\"cpu\"}}}} ({e})"
+                    ))
+                })?;
+                let problems = defaults.problems_as_defaults("--worker-pod-defaults");
+                if !problems.is_empty() {
+                    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                    return Err(InvalidInput(text.join("; ")).into());
+                }
+                defaults
+            }
+        };
         let policy_period =
             Duration::try_from_secs_f64(self.policy_period).ok().filter(|p| !p.is_zero()).ok_or_else(
                 || InvalidInput("--policy-period must be a positive number of seconds".to_string()),
@@ -131,7 +154,7 @@ impl OperatorArgs {
                     env_secret: some(&self.worker_env_secret),
                     dispatcher,
                     python_image: some(&self.worker_python_image),
-                    pod_defaults: Default::default(),
+                    pod_defaults,
                 },
                 policy_period,
                 status_period: Duration::from_secs(10),
@@ -229,6 +252,20 @@ mod tests {
         assert_eq!(o.config.workers.image, "img:1");
         assert!(o.namespaces.is_empty() && o.journal.is_none() && o.config.workers.resources.is_none());
         assert!(o.security.is_none(), "plaintext unless asked");
+    }
+
+    #[test]
+    fn worker_pod_defaults_are_parsed_and_checked() {
+        let o = parse(&["--worker-pod-defaults", r#"{"nodeSelector":{"pool":"cpu"}}"#]).unwrap();
+        assert_eq!(o.config.workers.pod_defaults.node_selector["pool"], "cpu");
+        let e = parse(&["--worker-pod-defaults", "{nope"]).unwrap_err().to_string();
+        assert!(e.contains("--worker-pod-defaults") && e.contains("nodeSelector"), "{e}");
+        let e = parse(&["--worker-pod-defaults", r#"{"env":[{"name":"GRANARY_DISPATCHER","value":"x"}]}"#])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--worker-pod-defaults.env[0].name: "), "{e}");
+        let e = parse(&["--worker-pod-defaults", r#"{"image":"x:1"}"#]).unwrap_err().to_string();
+        assert!(e.contains("workers.image"), "{e}");
     }
 
     #[test]

@@ -33,6 +33,28 @@ const RESERVED_LABELS: &[&str] = &[
 const TOLERATION_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 impl WorkersSpec {
+    /// The problems of `self` given as the operator's defaults for every pipeline (the chart's
+    /// `workers.pod`), each named under `field` instead of `spec.workers`. `image` and
+    /// `resources` have chart values of their own, so they are refused here.
+    pub fn problems_as_defaults(&self, field: &str) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        self.check(&mut problems);
+        for (given, value) in [("image", self.image.is_some()), ("resources", self.resources.is_some())] {
+            if value {
+                problems.push(Problem::new(
+                    format!("spec.workers.{given}"),
+                    format!("has a chart value of its own: set `workers.{given}` instead"),
+                ));
+            }
+        }
+        for p in &mut problems {
+            if let Some(rest) = p.path.strip_prefix("spec.workers") {
+                p.path = format!("{field}{rest}");
+            }
+        }
+        problems
+    }
+
     pub(crate) fn check(&self, problems: &mut Vec<Problem>) {
         let mut problem = |path: String, message: String| problems.push(Problem::new(path, message));
         if let Some(image) = &self.image
