@@ -25,7 +25,7 @@
 //!   given a free host port, and the pod's args and env values are rewritten: `0.0.0.0` becomes
 //!   `127.0.0.1` and `:<containerPort>` becomes `:<hostPort>` ([`ports`]). A pod thus sees its
 //!   container ports remapped; the mapping is logged and written to the pod annotation
-//!   [`pod::PORTS_ANNOTATION`]. The pod IP and host IP are 127.0.0.1.
+//!   [`ports::PORTS_ANNOTATION`]. The pod IP and host IP are 127.0.0.1.
 //! - **Services**: every `<service>.<namespace>.svc[.cluster.local]:<port>` in a pod's args and env
 //!   values becomes `127.0.0.1:<port>` of a TCP proxy the agent runs for that Service port, which
 //!   joins each connection to a Ready pod the Service selects ([`services`]); the address is

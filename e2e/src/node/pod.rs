@@ -6,7 +6,7 @@ use super::container::ContainerRt;
 use super::credentials::{self, KUBECONFIG_VAR, Projected};
 use super::env::Sources;
 use super::launch::{base_env, inherited_env, launch};
-use super::ports::PortMap;
+use super::ports::{PORTS_ANNOTATION, PortMap};
 use super::probe::Prober;
 use super::services::Proxies;
 use super::status::{Transitions, now, pod_status, status_patch};
@@ -29,8 +29,6 @@ const TICK: Duration = Duration::from_millis(250);
 const CONFIG_RETRY: Duration = Duration::from_secs(5);
 /// The grace period when the pod vanished from the API or the agent stops.
 const QUICK_GRACE: Duration = Duration::from_secs(2);
-/// The annotation the agent writes with a pod's host ports (`{"7071":40001,...}`).
-pub const PORTS_ANNOTATION: &str = "e2e.granary.dev/host-ports";
 
 /// One pod under supervision.
 struct PodRt {

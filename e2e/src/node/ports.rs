@@ -9,6 +9,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
 
+/// The annotation the agent writes with a pod's host ports (`{"7071":40001,...}`).
+pub const PORTS_ANNOTATION: &str = "e2e.granary.dev/host-ports";
+
 /// The host ports of one pod, by container port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortMap {

@@ -6,12 +6,12 @@
 //! address stays the same when the pods behind it are replaced (a `helm upgrade`). Each accepted
 //! connection goes to a pod the Service selects, running and Ready (any, with
 //! `publishNotReadyAddresses`), at the host port the agent gave the container port its
-//! `targetPort` names ([`super::pod::PORTS_ANNOTATION`]); with none, the connection is closed,
+//! `targetPort` names ([`super::ports::PORTS_ANNOTATION`]); with none, the connection is closed,
 //! as a Service without endpoints refuses it. The agent also writes the proxy's address to the
 //! Service's annotation [`ADDRESSES_ANNOTATION`], for tests that dial a Service from outside.
 
 use super::log;
-use super::pod::PORTS_ANNOTATION;
+use super::ports::PORTS_ANNOTATION;
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
