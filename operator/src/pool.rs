@@ -129,7 +129,8 @@ mod tests {
         assert_eq!((bounds.min_workers, bounds.max_workers, bounds.elements_per_batch), (2, 5, 8));
         let Sizing::Auto(bounds) = sizing(&spec(serde_json::Value::Null)) else { panic!("auto by default") };
         assert_eq!((bounds.min_workers, bounds.max_workers, bounds.idle_after_s), (1, 16, None));
-        let Sizing::Auto(bounds) = sizing(&spec(serde_json::json!({"minWorkers": 0, "idleAfter": "2m"}))) else {
+        let Sizing::Auto(bounds) = sizing(&spec(serde_json::json!({"minWorkers": 0, "idleAfter": "2m"})))
+        else {
             panic!("auto")
         };
         assert_eq!((bounds.min_workers, bounds.idle_after_s), (0, Some(120.0)));
