@@ -214,8 +214,7 @@ impl Autoscaler {
     /// Whether every job of the pipeline delivered every epoch (as the operator's Completed
     /// phase): then, with no trainer attached, the pool releases its workers.
     fn completed(&self) -> bool {
-        let progress = self.dispatcher.progress(&self.pipeline);
-        !progress.is_empty() && progress.iter().all(|j| j.declared > 0 && j.finished >= j.declared)
+        self.dispatcher.completed(&self.pipeline)
     }
 
     /// Tracks starts from zero: one begins when the target leaves zero, and took until the

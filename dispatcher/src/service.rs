@@ -324,6 +324,12 @@ impl Dispatcher {
         self.state().progress(pipeline)
     }
 
+    /// Whether every job of `pipeline` delivered every epoch (and, with every job collected
+    /// since, whether the last one had): the operator's `Completed` phase.
+    pub fn completed(&self, pipeline: &str) -> bool {
+        self.state().completed(pipeline)
+    }
+
     /// Why a pipeline failed, if it did.
     pub fn failure(&self, pipeline: &str) -> Option<String> {
         self.state().failure(pipeline)

@@ -34,6 +34,9 @@ pub struct Observed {
     pub desired_workers: u32,
     /// Jobs of the pipeline and how far they are.
     pub progress: Vec<JobProgress>,
+    /// Whether every job delivered every epoch (the dispatcher's word, which outlives the jobs'
+    /// collection).
+    pub completed: bool,
     /// Elements per second delivered, all consumers together.
     pub throughput: Option<f64>,
     /// Share of trainer time spent waiting.
@@ -114,8 +117,7 @@ pub fn status(
     now: Timestamp,
 ) -> InputPipelineStatus {
     let o = observed;
-    let completed =
-        !o.progress.is_empty() && o.progress.iter().all(|j| j.declared > 0 && j.finished >= j.declared);
+    let completed = o.completed;
     let workers = format!("{}/{}", o.ready_workers, o.desired_workers);
     let (phase, ready, degraded) = match &o.registration {
         Registration::Invalid(why) => {
@@ -316,6 +318,7 @@ mod tests {
             ready_workers: ready,
             desired_workers: desired,
             progress: Vec::new(),
+            completed: false,
             throughput: Some(1200.0),
             trainer_wait_fraction: Some(0.25),
             failure: None,
@@ -350,7 +353,11 @@ mod tests {
     fn phase_and_ready_follow_the_table() {
         use PipelinePhase::*;
         let running = Observed { progress: vec![job(1, 1, 0)], ..observed(Registration::Registered, 2, 2) };
-        let done = Observed { progress: vec![job(2, 2, 2)], ..observed(Registration::Registered, 2, 2) };
+        let done = Observed {
+            progress: vec![job(2, 2, 2)],
+            completed: true,
+            ..observed(Registration::Registered, 2, 2)
+        };
         let failed = Observed { failure: Some("the source changed".into()), ..running.clone() };
         let invalid_update = Observed {
             serving_earlier: true,

@@ -17,6 +17,12 @@ impl Job {
     pub(crate) fn read(&self) -> bool {
         self.consumers.values().any(|c| !c.gone && !c.finished)
     }
+
+    /// Whether every consumer the job declared finished every epoch.
+    pub(crate) fn complete(&self) -> bool {
+        self.settings.consumers > 0
+            && self.consumers.values().filter(|c| c.finished).count() >= self.settings.consumers as usize
+    }
 }
 
 impl State {
@@ -40,8 +46,10 @@ impl State {
     }
 
     fn collect_job(&mut self, pipeline: &str, job: &str) {
-        let journaled =
-            self.pipelines.get(pipeline).and_then(|p| p.jobs.get(job)).is_some_and(|j| j.journaled);
+        let Some(p) = self.pipelines.get_mut(pipeline) else { return };
+        let Some(j) = p.jobs.get(job) else { return };
+        let journaled = j.journaled;
+        p.last_collected_complete = j.complete();
         if journaled {
             self.events.push(Event::JobCollected { pipeline: pipeline.to_string(), job: job.to_string() });
         }

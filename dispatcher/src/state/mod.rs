@@ -337,6 +337,9 @@ pub(crate) struct Pipeline {
     /// The jobs a consumer asked data of lately: the only ones leasing looks at (see
     /// [`demand`]).
     pub(crate) asking: BTreeSet<String>,
+    /// Whether the last job collected had delivered every epoch: with no job left, the
+    /// pipeline stays complete (see [`State::completed`]).
+    pub(crate) last_collected_complete: bool,
 }
 
 impl Pipeline {
@@ -351,6 +354,7 @@ impl Pipeline {
             cache,
             skips,
             asking: BTreeSet::new(),
+            last_collected_complete: false,
         }
     }
 }
@@ -618,6 +622,16 @@ impl State {
     }
 
     /// Jobs of a pipeline and how far they are.
+    /// Whether every job of `pipeline` delivered every epoch to every consumer it declared;
+    /// with no job left (collected after they finished), whether the last one collected had.
+    pub fn completed(&self, pipeline: &str) -> bool {
+        let Some(p) = self.pipelines.get(pipeline) else { return false };
+        if p.jobs.is_empty() {
+            return p.last_collected_complete;
+        }
+        p.jobs.values().all(Job::complete)
+    }
+
     pub fn progress(&self, pipeline: &str) -> Vec<JobProgress> {
         let Some(p) = self.pipelines.get(pipeline) else { return Vec::new() };
         p.jobs

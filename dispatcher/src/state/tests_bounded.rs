@@ -150,6 +150,23 @@ fn a_job_a_trainer_reads_is_never_collected() {
 }
 
 #[test]
+fn a_pipeline_stays_completed_after_its_finished_jobs_are_collected_until_a_new_one_joins() {
+    let mut s = setup();
+    assert!(!s.completed("p"), "no job yet");
+    let c = join(&mut s, "done", 0).unwrap();
+    assert!(!s.completed("p"));
+    beat(&mut s, &c, true, 1_000);
+    assert!(s.completed("p"), "its one consumer finished");
+    s.expire(1_001 + GC_MS);
+    assert!(jobs(&s).is_empty() && s.completed("p"), "collected, and still complete");
+    let c = join(&mut s, "next", 2_000 + GC_MS).unwrap();
+    assert!(!s.completed("p"), "a new job is under way");
+    // An unfinished job collected leaves the pipeline incomplete.
+    s.expire(3_000 + 2 * GC_MS);
+    assert!(jobs(&s).is_empty() && !s.completed("p"), "{:?}", c.job);
+}
+
+#[test]
 fn a_finished_job_goes_once_its_trainers_stop_and_a_replayed_one_gets_a_full_timeout() {
     let mut s = setup();
     let c = join(&mut s, "done", 0).unwrap();
