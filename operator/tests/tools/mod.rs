@@ -65,8 +65,8 @@ pub fn kubernetes_validate(file: &Path, count: usize, version: &str) {
     );
 }
 
-/// Writes `docs` to `file` as one YAML stream.
+/// Writes `docs` as one multi-document YAML file (JSON is YAML).
 pub fn write_documents(file: &Path, docs: &[serde_json::Value]) {
-    let text: Vec<String> = docs.iter().map(|d| serde_norway::to_string(d).expect("YAML")).collect();
-    std::fs::write(file, text.join("---\n")).expect("writing the documents");
+    let text: Vec<String> = docs.iter().map(|d| serde_json::to_string(d).expect("JSON")).collect();
+    std::fs::write(file, text.join("\n---\n") + "\n").expect("writing a temporary file");
 }
