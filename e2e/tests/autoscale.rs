@@ -102,7 +102,14 @@ fn the_autoscaler_reaches_the_oracle_count_and_scales_down_when_the_consumer_slo
     let report: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     let scaling = &report["scaling"];
     let decisions = scaling["decisions"].as_array().expect("decisions");
-    let targets: Vec<u64> = decisions.iter().filter_map(|d| d["to"].as_u64()).collect();
+    // Once the consumer finished every epoch the pool releases its workers, when the autoscaler
+    // evaluates before the dispatcher exits: that last decision is not the policy's sizing.
+    let released = decisions.last().is_some_and(|d| {
+        d["to"].as_u64() == Some(0)
+            && d["reason"].as_str().is_some_and(|r| r.starts_with("every job completed"))
+    });
+    let sized = &decisions[..decisions.len() - usize::from(released)];
+    let targets: Vec<u64> = sized.iter().filter_map(|d| d["to"].as_u64()).collect();
     for d in decisions {
         eprintln!(
             "{:>6.1} s: {} → {}: {}",

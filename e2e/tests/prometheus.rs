@@ -93,6 +93,9 @@ fn every_dashboard_and_alert_query_returns_data_from_a_real_run() {
     }
     let began = now() - 5.0;
     let mut c = start_consumer(&d.0.address, &["--step-ms", "60"]);
+    // While the workers serve: once the epochs are complete the pool releases them.
+    c.collect(4, Duration::from_secs(60));
+    lint_every_target(&metrics);
     assert!(c.finish(Duration::from_secs(120)), "the consumer did not finish");
     assert_exactly_once(&c.seen, &data.keys, 3);
     // The last heartbeats and a few scrapes after them.
@@ -119,9 +122,11 @@ fn every_dashboard_and_alert_query_returns_data_from_a_real_run() {
         empty.len(),
         empty.join("\n")
     );
+}
 
-    // promtool's lint on every process Prometheus scraped.
-    let targets: Value = serde_json::from_str(&get(&metrics, "/targets")).expect("http_sd JSON");
+/// promtool's lint on every process Prometheus scrapes now: the dispatcher and both workers.
+fn lint_every_target(metrics: &str) {
+    let targets: Value = serde_json::from_str(&get(metrics, "/targets")).expect("http_sd JSON");
     let targets: Vec<String> = targets[0]["targets"]
         .as_array()
         .expect("targets")
