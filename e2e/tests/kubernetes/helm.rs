@@ -1,8 +1,9 @@
 //! The Helm chart as a team installs it, on the real control plane: `helm install` into a fresh
 //! namespace, the operator running as the chart's Deployment pod under the chart's
 //! ServiceAccount and RBAC (the node agent gives the pod a kubeconfig with a token of that
-//! ServiceAccount from the TokenRequest API; never admin), a pipeline over the S3-compatible
-//! server, whose credentials reach the operator and the workers from a Secret named by
+//! ServiceAccount from the TokenRequest API; never admin), the S3 example of
+//! examples/kubernetes (its InputPipeline as written, over demo images in the S3-compatible
+//! server), whose credentials reach the operator and the workers from a Secret named by
 //! `objectStore.credentialsSecret`, served to a trainer through the operator-hosted dispatcher
 //! (one epoch, every element exactly once) while its status goes Running, then Completed;
 //! `helm upgrade` (the log level changed) replaces the operator pod, and the new one takes the
@@ -22,11 +23,10 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 
-const LINES: usize = 480;
-const FILES: usize = 8;
-const BATCH: u32 = 8;
-/// Milliseconds `test.sleep` waits per element: the epoch lasts a few seconds.
-const SLEEP_MS: u32 = 5;
+/// Demo images in the example's bucket.
+const IMAGES: usize = 96;
+/// The bucket examples/kubernetes/pipeline.yaml reads.
+const BUCKET: &str = "granary-demo";
 /// How long one helm command may take (`--wait` included).
 const HELM_DEADLINE: Duration = Duration::from_secs(150);
 /// How long the trainer gets for its epoch.
@@ -298,9 +298,10 @@ async fn lifecycle(
 
     // The object store, and its credentials in the Secret the chart names.
     let root = tempfile::tempdir()?;
-    let s3 = S3Server::start(root.path(), 0, &["data", "journal"]);
-    std::fs::create_dir_all(root.path().join("data/numbers"))?;
-    granary_e2e::write_numbers(&root.path().join("data/numbers"), LINES, FILES)?;
+    let s3 = S3Server::start(root.path(), 0, &[BUCKET, "journal"]);
+    // What `aws s3 sync` of `granary demo`'s folder puts in the bucket (docs/kubernetes.md).
+    let (demo, _train) = granary_e2e::demo_images(IMAGES);
+    copy_tree(&demo.path().join("images"), &root.path().join(BUCKET).join("images"))?;
     create_secret(&env, CREDENTIALS, &s3.env()).await?;
 
     let values = json!({
@@ -330,18 +331,14 @@ async fn lifecycle(
     .await?;
     eprintln!("operator pod {pod_name} (process {pid}) leads as {user}");
 
-    // A pipeline over the object store, served through the dispatcher's Service.
-    let name = "numbers";
-    let spec = json!({
-        "source": {"url": "s3://data/numbers/", "format": "jsonl"},
-        "stages": [{"op": "test.sleep", "ms": SLEEP_MS}],
-        "batch": {"size": BATCH},
-        "epochs": 1,
-        "scaling": {"policy": "fixed", "replicas": 1},
-    });
+    // The S3 example as written (its namespace aside), served through the dispatcher's Service.
+    let example: Value = serde_norway::from_str(&std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/pipeline.yaml"),
+    )?)?;
+    let name = example.pointer("/metadata/name").and_then(Value::as_str).context("the example's name")?;
     let object = DynamicObject::new(name, &ApiResource::erase::<InputPipeline>(&()))
         .within(&ns)
-        .data(json!({ "spec": spec }));
+        .data(json!({ "spec": example["spec"] }));
     env.ns.pipelines().create(&PostParams::default(), &object).await.context("creating the pipeline")?;
     let mut phases = Vec::new();
     wait_phase(&env, name, "Running", &mut phases).await?;
@@ -365,14 +362,14 @@ async fn lifecycle(
         consumer.seen.len()
     );
     let mut keys: Vec<String> = consumer.seen.iter().flat_map(|s| s.keys.iter().cloned()).collect();
-    ensure!(keys.len() == LINES, "{} elements delivered, not {LINES}", keys.len());
+    ensure!(keys.len() == IMAGES, "{} elements delivered, not {IMAGES}", keys.len());
     keys.sort();
     keys.dedup();
-    ensure!(keys.len() == LINES, "{} distinct elements, not {LINES}", keys.len());
+    ensure!(keys.len() == IMAGES, "{} distinct elements, not {IMAGES}", keys.len());
     assert_exactly_once(&consumer.seen, &keys, 1);
     wait_phase(&env, name, "Completed", &mut phases).await?;
     ensure!(phases.ends_with(&["Running".to_string(), "Completed".to_string()]), "phases {phases:?}");
-    eprintln!("the trainer received each of {LINES} elements once; phases {phases:?}");
+    eprintln!("the trainer received each of {IMAGES} images once; phases {phases:?}");
 
     // helm upgrade: another log level; a new operator pod takes over and goes on reconciling.
     let file = tempfile::NamedTempFile::new()?;
@@ -404,7 +401,13 @@ async fn lifecycle(
     let patched = env
         .ns
         .pipelines()
-        .patch(name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"scaling": {"replicas": 2}}})))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"scaling": {
+                "policy": "fixed", "replicas": 2, "minWorkers": null, "maxWorkers": null, "idleAfter": null
+            }}})),
+        )
         .await
         .context("changing the pipeline's replicas")?;
     let generation = patched.metadata.generation.context("no generation")?;
@@ -548,6 +551,21 @@ async fn side_by_side(
             Ok(())
         })
         .await?;
+    }
+    Ok(())
+}
+
+/// Copies the folder `from` to `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
     }
     Ok(())
 }
