@@ -1,7 +1,7 @@
 //! The named scenarios. Every one runs an ImageNet-like pipeline (decode, crop, normalize: 2.3
 //! CPU seconds per 256-element batch, 8 cores per worker, so one worker makes 3.47 batches/s) and
 //! is sized so that the oracle's count is between 1 and 6 while trainers are connected (in
-//! `bursty` they come and go, and the oracle has none between them).
+//! `bursty` and `workday` they come and go, and the oracle has none between them).
 
 use super::scenario::{JobSpec, Phase, Scenario, StageSpec};
 use crate::error::Error;
@@ -28,28 +28,50 @@ fn session(name: &str, start_s: f64, consumers: u32, step_seconds: f64, minutes:
     JobSpec { start_s, ..job(name, consumers, batches) }
 }
 
-/// A pipeline a team's short experiments share over four hours: five trainer sessions of 10 to
-/// 25 minutes that need 1 to 5 workers, 35 to 40 minutes of nobody between them, and the first
-/// trainer 10 minutes after the pipeline is created. `minWorkers: 0` with `idleAfter: 300 s`.
-fn bursty() -> Scenario {
-    let mut s = base(
-        "bursty",
-        "five trainer sessions of 10-25 min over 4 h with 35-40 min idle gaps; min_workers 0, idle after 300 s",
-    );
-    s.jobs = vec![
-        session("debug", 600.0, 1, 0.5, 15.0),
-        session("finetune", 3_600.0, 1, 0.2, 25.0),
-        session("sweep", 7_200.0, 2, 0.2, 20.0),
-        session("train", 10_800.0, 2, 0.13, 20.0),
-        session("eval", 14_400.0, 1, 0.25, 10.0),
-    ];
+/// The five trainer sessions of a team's short experiments, each connecting at its start time:
+/// 10 to 25 minutes long, needing 1 to 5 workers.
+fn sessions(starts: [f64; 5]) -> Vec<JobSpec> {
+    vec![
+        session("debug", starts[0], 1, 0.5, 15.0),
+        session("finetune", starts[1], 1, 0.2, 25.0),
+        session("sweep", starts[2], 2, 0.2, 20.0),
+        session("train", starts[3], 2, 0.13, 20.0),
+        session("eval", starts[4], 1, 0.25, 10.0),
+    ]
+}
+
+/// A pipeline with `minWorkers: 0` and `idleAfter: 300 s` that the five sessions share, the first
+/// one 10 minutes after the pipeline is created.
+fn sessions_scenario(name: &str, description: &str, starts: [f64; 5]) -> Scenario {
+    let mut s = base(name, description);
+    s.jobs = sessions(starts);
     // The same step times throughout; the second phase starts when the first trainer connects,
     // so convergence is judged against no worker before it and one after.
     let steps = [0.5, 0.2, 0.2, 0.13, 0.25];
-    s.phases = vec![phase(0.0, &steps), phase(600.0, &steps)];
+    s.phases = vec![phase(0.0, &steps), phase(starts[0], &steps)];
     s.config.min_workers = 0;
     s.config.idle_after_s = Some(300.0);
+    s.max_duration_s = starts[4] + 3_600.0;
     s
+}
+
+/// The sessions an hour apart over four hours: 35 to 40 minutes of nobody between them.
+fn bursty() -> Scenario {
+    sessions_scenario(
+        "bursty",
+        "five trainer sessions of 10-25 min over 4 h with 35-40 min idle gaps; min_workers 0, idle after 300 s",
+        [600.0, 3_600.0, 7_200.0, 10_800.0, 14_400.0],
+    )
+}
+
+/// The same sessions spread over a six-hour working day, 80 minutes apart: 55 to 65 minutes of
+/// nobody between them, as when each experiment is followed by reading its results.
+fn workday() -> Scenario {
+    sessions_scenario(
+        "workday",
+        "the bursty sessions spread over a 6 h working day, 55-65 min idle gaps; min_workers 0, idle after 300 s",
+        [600.0, 5_400.0, 10_200.0, 15_000.0, 19_800.0],
+    )
 }
 
 fn phase(start_s: f64, step_seconds: &[f64]) -> Phase {
@@ -135,7 +157,7 @@ pub fn all() -> Vec<Scenario> {
     cost.config.worker_cost_per_hour = Some(1.0);
     cost.config.trainer_cost_per_hour = Some(2.0);
 
-    vec![steady, double, half, noisy, slow, two, compute, above, cost, bursty()]
+    vec![steady, double, half, noisy, slow, two, compute, above, cost, bursty(), workday()]
 }
 
 /// Names of all scenarios.
@@ -172,6 +194,7 @@ mod tests {
             ("above-max", vec![4]),
             ("cost-aware", vec![4]),
             ("bursty", vec![0, 1]),
+            ("workday", vec![0, 1]),
         ];
         let expect: Vec<(String, Vec<u32>)> = expect.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         assert_eq!(oracle, expect);
