@@ -11,6 +11,7 @@ use super::delivery::{Event, Sinks};
 use super::exposition::{Exposition, Totals};
 use super::leases::Leases;
 use super::metrics::{Counters, Inputs, Sampler};
+use super::pacing::Pacer;
 use super::producer::{Producer, ProducerError};
 use super::queues::{ConsumerKey, Delivered, Queues};
 use crate::engine::{EngineError, EngineOptions};
@@ -51,7 +52,8 @@ pub struct AgentConfig {
     pub cores: u32,
     /// Engine settings.
     pub engine: EngineOptions,
-    /// Splits computed at once, at most.
+    /// Splits leased ahead of the engine, at least (more while it runs dry waiting for leases;
+    /// see [`Pacer`]).
     pub leases_ahead: usize,
     /// How long a drain waits for held leases.
     pub drain_timeout: Duration,
@@ -108,6 +110,8 @@ pub struct Agent {
     limits: Arc<super::server::StreamLimits>,
     queues: Arc<Queues>,
     leases: Leases,
+    /// How many splits to keep leased ahead.
+    pacer: Pacer,
     counters: Arc<Counters>,
     producers: Mutex<HashMap<String, Arc<Producer>>>,
     events: mpsc::UnboundedSender<Event>,
@@ -128,6 +132,7 @@ impl Agent {
     ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
         let (events, events_rx) = mpsc::unbounded_channel();
         let agent = Agent {
+            pacer: Pacer::new(config.leases_ahead),
             config,
             client,
             gate,
@@ -374,12 +379,12 @@ impl Agent {
         sample
     }
 
-    /// Keeps up to `leases_ahead` splits computing until `stop`.
+    /// Keeps the pacer's target of splits leased and computing until `stop`.
     async fn lease_splits(&self, stop: CancellationToken) {
         let mut backoff = Backoff::new();
-        let ahead = self.config.leases_ahead.max(1);
         while !stop.is_cancelled() {
-            if self.leases.producing() >= ahead {
+            let asked_with = self.leases.producing();
+            if asked_with >= self.pacer.target() {
                 tokio::select! {
                     () = self.leases.changed() => {}
                     () = tokio::time::sleep(Duration::from_millis(250)) => {}
@@ -409,10 +414,13 @@ impl Agent {
                             self.give_back(lease.lease_id).await;
                             return;
                         }
-                        Some(lease) => match self.start(lease).await {
-                            Ok(()) => continue,
-                            Err(()) => backoff.next(),
-                        },
+                        Some(lease) => {
+                            self.pacer.granted(asked_with, self.leases.producing());
+                            match self.start(lease).await {
+                                Ok(()) => continue,
+                                Err(()) => backoff.next(),
+                            }
+                        }
                         None => match response.retry_after_ms {
                             0 => DEFAULT_RETRY,
                             ms => Duration::from_millis(u64::from(ms).clamp(10, 5_000)),

@@ -20,6 +20,7 @@ mod delivery;
 pub mod exposition;
 mod leases;
 mod metrics;
+mod pacing;
 mod producer;
 pub mod queues;
 pub mod router;
@@ -59,7 +60,8 @@ pub struct WorkerConfig {
     pub engine: EngineOptions,
     /// How long a drain waits for held leases before returning them.
     pub drain_timeout: Duration,
-    /// Splits leased and computing at once, at most (at least 1).
+    /// Splits kept leased and computing, at least (at least 1); more while the engine runs dry
+    /// waiting for leases, up to 16.
     pub leases_ahead: usize,
     /// Serve Prometheus metrics at `GET /metrics` on this address.
     pub metrics_addr: Option<SocketAddr>,
