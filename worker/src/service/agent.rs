@@ -110,8 +110,6 @@ pub struct Agent {
     limits: Arc<super::server::StreamLimits>,
     queues: Arc<Queues>,
     leases: Leases,
-    /// How many splits to keep leased ahead.
-    pacer: Pacer,
     counters: Arc<Counters>,
     producers: Mutex<HashMap<String, Arc<Producer>>>,
     events: mpsc::UnboundedSender<Event>,
@@ -132,7 +130,6 @@ impl Agent {
     ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Event>) {
         let (events, events_rx) = mpsc::unbounded_channel();
         let agent = Agent {
-            pacer: Pacer::new(config.leases_ahead),
             config,
             client,
             gate,
@@ -382,9 +379,10 @@ impl Agent {
     /// Keeps the pacer's target of splits leased and computing until `stop`.
     async fn lease_splits(&self, stop: CancellationToken) {
         let mut backoff = Backoff::new();
+        let mut pacer = Pacer::new(self.config.leases_ahead);
         while !stop.is_cancelled() {
             let asked_with = self.leases.producing();
-            if asked_with >= self.pacer.target() {
+            if asked_with >= pacer.target() {
                 tokio::select! {
                     () = self.leases.changed() => {}
                     () = tokio::time::sleep(Duration::from_millis(250)) => {}
@@ -415,7 +413,7 @@ impl Agent {
                             return;
                         }
                         Some(lease) => {
-                            self.pacer.granted(asked_with, self.leases.producing());
+                            pacer.granted(asked_with, self.leases.producing());
                             match self.start(lease).await {
                                 Ok(()) => continue,
                                 Err(()) => backoff.next(),

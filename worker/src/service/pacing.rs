@@ -5,61 +5,55 @@
 //! waits: with short splits, or a dispatcher slow to answer under load, a fixed two ahead leaves
 //! cores idle. The pacer raises the target by one each time a lease arrives to an engine that
 //! ran dry while the lease was asked for (it had splits when the request went out and none when
-//! the answer came; an engine idle for want of work is not counted), and lowers it by one after [`CALM_GRANTS`] leases in a row that arrived in time,
-//! never below the configured floor or above [`MAX_AHEAD`]. Long splits never run dry, so they
-//! stay at the floor and leave the rest of an epoch to other workers.
-
-use std::sync::Mutex;
-use std::sync::PoisonError;
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! the answer came; an engine idle for want of work is not counted). It lowers the target by one
+//! after [`CALM_GRANTS`] leases in a row that arrived in time, never below the configured floor
+//! or above [`MAX_AHEAD`]. Long splits never run dry, so they stay at the floor and leave the
+//! rest of an epoch to other workers.
 
 /// The most splits a worker leases ahead, however often its engine runs dry.
 pub const MAX_AHEAD: usize = 16;
 /// Leases in a row that found work still in hand before the target comes down by one.
 pub const CALM_GRANTS: u32 = 64;
 
-/// The lease-ahead target and what it learned so far.
+/// The lease-ahead target and what it learned so far. The worker's lease loop owns it.
 pub struct Pacer {
     floor: usize,
-    target: AtomicUsize,
-    calm: Mutex<u32>,
+    target: usize,
+    /// Leases in a row that arrived in time.
+    calm: u32,
 }
 
 impl Pacer {
     /// A pacer that keeps at least `floor` splits leased ahead (at least 1).
     pub fn new(floor: usize) -> Pacer {
         let floor = floor.clamp(1, MAX_AHEAD);
-        Pacer { floor, target: AtomicUsize::new(floor), calm: Mutex::new(0) }
+        Pacer { floor, target: floor, calm: 0 }
     }
 
     /// Splits to keep leased and computing now.
     pub fn target(&self) -> usize {
-        self.target.load(Ordering::Relaxed)
+        self.target
     }
 
     /// A lease arrived. `asked_with` splits were being computed when it was asked for, and
     /// `producing` when it arrived (0 after more than 0: the engine ran dry waiting for it).
     /// Returns the new target.
-    pub fn granted(&self, asked_with: usize, producing: usize) -> usize {
-        let mut calm = self.calm.lock().unwrap_or_else(PoisonError::into_inner);
-        let target = self.target();
-        let next = if asked_with > 0 && producing == 0 {
-            *calm = 0;
-            (target + 1).min(MAX_AHEAD)
+    pub fn granted(&mut self, asked_with: usize, producing: usize) -> usize {
+        let before = self.target;
+        if asked_with > 0 && producing == 0 {
+            self.calm = 0;
+            self.target = (self.target + 1).min(MAX_AHEAD);
         } else {
-            *calm += 1;
-            if *calm >= CALM_GRANTS {
-                *calm = 0;
-                target.saturating_sub(1).max(self.floor)
-            } else {
-                target
+            self.calm += 1;
+            if self.calm >= CALM_GRANTS {
+                self.calm = 0;
+                self.target = self.target.saturating_sub(1).max(self.floor);
             }
-        };
-        if next != target {
-            tracing::debug!(from = target, to = next, "splits leased ahead");
         }
-        self.target.store(next, Ordering::Relaxed);
-        next
+        if self.target != before {
+            tracing::debug!(from = before, to = self.target, "splits leased ahead");
+        }
+        self.target
     }
 }
 
@@ -69,7 +63,7 @@ mod tests {
 
     #[test]
     fn starts_at_the_floor_and_rises_by_one_per_dry_grant_up_to_the_cap() {
-        let p = Pacer::new(2);
+        let mut p = Pacer::new(2);
         assert_eq!(p.target(), 2);
         assert_eq!(p.granted(1, 0), 3);
         assert_eq!(p.granted(1, 0), 4);
@@ -81,7 +75,7 @@ mod tests {
 
     #[test]
     fn comes_down_one_step_per_calm_run_never_below_the_floor() {
-        let p = Pacer::new(2);
+        let mut p = Pacer::new(2);
         for _ in 0..4 {
             p.granted(1, 0);
         }
@@ -100,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_dry_grant_restarts_the_calm_run() {
-        let p = Pacer::new(1);
+        let mut p = Pacer::new(1);
         p.granted(1, 0);
         for _ in 0..CALM_GRANTS - 1 {
             p.granted(1, 1);
@@ -114,7 +108,7 @@ mod tests {
 
     #[test]
     fn an_engine_idle_for_want_of_work_is_not_dry() {
-        let p = Pacer::new(2);
+        let mut p = Pacer::new(2);
         assert_eq!(p.granted(0, 0), 2, "the first lease, or the first after an idle spell");
     }
 
