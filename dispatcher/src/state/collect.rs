@@ -7,7 +7,7 @@
 //! jobs nothing was produced for and nobody asks for (see `State::make_room_for`).
 
 use super::consumers::MAX_JOBS_PER_PIPELINE;
-use super::{DispatchError, Event, Job, State};
+use super::{DispatchError, Event, Job, SplitStatus, State};
 
 /// Most jobs nothing was produced for that a full pipeline collects at once to make room.
 pub(crate) const UNPRODUCED_BATCH: usize = MAX_JOBS_PER_PIPELINE / 16;
@@ -18,10 +18,29 @@ impl Job {
         self.consumers.values().any(|c| !c.gone && !c.finished)
     }
 
-    /// Whether every consumer the job declared finished every epoch.
-    pub(crate) fn complete(&self) -> bool {
+    /// Whether every consumer the job declared finished all `epochs`. Consumers are not
+    /// journaled: a restarted dispatcher knows none until they register again, and finished ones
+    /// never do. For a job with no consumer it tells from the journaled splits instead (see
+    /// [`Job::delivered_every_epoch`]), so a completed pipeline stays completed across a restart.
+    pub(crate) fn complete(&self, epochs: u32) -> bool {
+        if self.consumers.is_empty() {
+            return self.delivered_every_epoch(epochs);
+        }
         self.settings.consumers > 0
             && self.consumers.values().filter(|c| c.finished).count() >= self.settings.consumers as usize
+    }
+
+    /// Whether the job delivered its last epoch: every split of every epoch it still tracks is
+    /// done (a split is done once every consumer stream took its parts; epochs every consumer
+    /// had passed were dropped), the last of `epochs` among them, and no replay is owed.
+    pub(crate) fn delivered_every_epoch(&self, epochs: u32) -> bool {
+        let Some(last) = epochs.checked_sub(1) else { return false };
+        self.replays.is_empty()
+            && self.epochs.contains_key(&last)
+            && self
+                .epochs
+                .values()
+                .all(|e| e.plan.order().iter().all(|&s| e.status.get(s) == SplitStatus::Done))
     }
 }
 
@@ -49,7 +68,7 @@ impl State {
         let Some(p) = self.pipelines.get_mut(pipeline) else { return };
         let Some(j) = p.jobs.get(job) else { return };
         let journaled = j.journaled;
-        p.last_collected_complete = j.complete();
+        p.last_collected_complete = j.complete(p.facts.epochs);
         if journaled {
             self.events.push(Event::JobCollected { pipeline: pipeline.to_string(), job: job.to_string() });
         }

@@ -629,7 +629,7 @@ impl State {
         if p.jobs.is_empty() {
             return p.last_collected_complete;
         }
-        p.jobs.values().all(Job::complete)
+        p.jobs.values().all(|j| j.complete(p.facts.epochs))
     }
 
     pub fn progress(&self, pipeline: &str) -> Vec<JobProgress> {

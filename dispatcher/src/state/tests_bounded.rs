@@ -351,3 +351,50 @@ fn workers_hear_only_of_the_consumers_of_jobs_they_produce_for() {
     let queued = vec![pb::JobRef { pipeline: "p".into(), job: "b".into() }];
     assert!(heard(&mut s, &other, queued).is_empty());
 }
+
+/// A state rebuilt from `events` by a restarted dispatcher.
+fn replayed(events: &[Event]) -> State {
+    let mut s = State::new(timing(), 1);
+    for event in events {
+        s.apply(event);
+    }
+    s
+}
+
+#[test]
+fn a_restarted_dispatcher_knows_a_delivered_job_completed_though_its_trainer_never_comes_back() {
+    let mut s = State::new(timing(), 1);
+    s.register_pipeline("p", facts()).unwrap();
+    let c = join(&mut s, "done", 0).unwrap();
+    let w = worker(&mut s, 0);
+    let mut journal = s.take_events();
+    let mut partial = None;
+    // Bounded: the epoch has 4 splits.
+    for done in 1..=4 {
+        let lease = s.lease(&w, 0).unwrap().expect("a split of the epoch");
+        s.complete(&super::tests::by_holder(&s, super::tests::completion(&lease))).unwrap();
+        journal.extend(s.take_events());
+        if done == 3 {
+            partial = Some(journal.clone());
+        }
+    }
+    assert!(s.lease(&w, 0).unwrap().is_none(), "one epoch, all leased");
+    assert!(!s.completed("p"), "the trainer has not said it finished");
+
+    // Restarted after every split was delivered: complete, from the journal and from a snapshot
+    // of it, although no consumer registered again.
+    for events in [journal.clone(), s.snapshot_events()] {
+        let restarted = replayed(&events);
+        assert!(restarted.completed("p"), "{events:?}");
+    }
+    // Restarted with a split still to deliver: not complete.
+    let partial = partial.expect("three splits done");
+    assert!(!replayed(&partial).completed("p"));
+
+    // And once the restarted dispatcher collects the job, the pipeline stays complete.
+    let mut restarted = replayed(&journal);
+    restarted.expire(1 + GC_MS);
+    assert!(jobs(&restarted).is_empty() && restarted.completed("p"));
+    beat(&mut s, &c, true, 1_000);
+    assert!(s.completed("p"), "the live dispatcher: its trainer finished");
+}

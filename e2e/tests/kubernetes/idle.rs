@@ -3,7 +3,8 @@
 //! no trainer has been attached for `idleAfter`, starts again for a trainer that resumes, and
 //! releases them when the epoch is complete. The trainer gets every element exactly once across
 //! the stop and the resume. Status reads `Running` with `Ready=True ScaledToZero` while idle,
-//! and every condition carries the standard fields.
+//! and every condition carries the standard fields. A completed pipeline stays Completed, with no
+//! worker, across an operator killed and started again (its trainer never comes back).
 
 use super::*;
 use granary_e2e::{assert_exactly_once, start_consumer_env};
@@ -124,5 +125,26 @@ pub async fn scale_to_zero(c: Cluster) -> Result<()> {
         Ok(())
     })
     .await?;
-    wait_idle(&c, name, "the epoch is complete").await
+    wait_idle(&c, name, "the epoch is complete").await?;
+
+    // The operator dies and comes back: it resumes from its journal, leads once the old Lease
+    // expires, and still knows the pipeline completed, although its trainer never registers again.
+    c.operator.kill()?;
+    let metrics = c.operator.restart().await?;
+    wait_http_ok(&metrics, "/readyz", STEP).await?;
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    // Bounded: 20 s of checks, one a second.
+    while std::time::Instant::now() < until {
+        let p = c.pipeline(name).await?;
+        ensure!(
+            p.data.pointer("/status/phase") == Some(&json!("Completed")),
+            "after the operator's restart: {}",
+            summary(&p)
+        );
+        let n = replicas(&c, name).await?;
+        ensure!(n == 0, "after the operator's restart, spec.replicas is {n}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("still Completed with no worker 20 s after the operator's restart");
+    Ok(())
 }

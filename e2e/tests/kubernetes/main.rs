@@ -929,6 +929,15 @@ impl OperatorHandle {
         slot.as_mut().and_then(|o| o.proc.child.try_wait().ok().flatten())
     }
 
+    /// Kills the operator process (SIGKILL, as a node failure would) and waits for it to end.
+    fn kill(&self) -> Result<()> {
+        let mut slot = self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let operator = slot.as_mut().context("no operator process")?;
+        operator.proc.signal(libc::SIGKILL);
+        ensure!(operator.proc.wait_for(Duration::from_secs(10)), "the operator outlived SIGKILL");
+        Ok(())
+    }
+
     /// Starts the operator again with the same settings and dispatcher address, replacing the
     /// ended process; returns its metrics address.
     async fn restart(&self) -> Result<String> {
