@@ -3,8 +3,7 @@
 use crate::batch::{self, Batch, BatchError};
 use crate::cache::{EngineCache, entries};
 use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
-use crate::ops::image::flip_normalize::FlipNormalizeOp;
-use crate::ops::image::fused::{FusedCropOp, ImagePath};
+use crate::ops::image::fused::ImagePath;
 use crate::ops::python::{Interpreter, PythonStages, StartError};
 use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
@@ -153,7 +152,7 @@ impl Engine {
         let mut i = 0;
         while i < configs.len() {
             let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
-            if let Some((op, used)) = fuse(&configs[i..end], options.image_path) {
+            if let Some((op, used)) = ops::image::fuse(&configs[i..end], options.image_path) {
                 let names: Vec<&str> = spec.stages[i..i + used].iter().map(|s| s.display_name()).collect();
                 let path = format!("spec.stages[{i}..={}]", i + used - 1);
                 stages.push(Stage { name: names.join(" → "), path, op, first: i });
@@ -446,19 +445,6 @@ fn start_python(
         }
     }
     Ok(Some(python))
-}
-
-/// The fused operator that runs the stages at the start of `configs` in one pass, with how many
-/// it takes: decode with a random crop (and the flip and normalization after it), or a flip and
-/// the normalization after it; none on the reference path (`ImagePath::Separate`).
-fn fuse(configs: &[OpConfig], path: ImagePath) -> Option<(Box<dyn ops::Operator>, usize)> {
-    if let Some((op, used)) = FusedCropOp::fuse(configs, path) {
-        return Some((Box::new(op), used));
-    }
-    if path == ImagePath::Separate {
-        return None;
-    }
-    FlipNormalizeOp::fuse(configs).map(|(op, used)| (Box::new(op) as Box<dyn ops::Operator>, used))
 }
 
 /// A name for this process's cache writes, distinct across processes and engines.

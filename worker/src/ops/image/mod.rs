@@ -24,6 +24,23 @@ use crate::tensor::{Tensor, TensorData};
 use fast_image_resize as fr;
 use std::cell::RefCell;
 
+/// The fused operator that runs the stages at the start of `configs` in one pass, with how many
+/// it takes: decode with a random crop (and the flip and normalization after it), or a flip and
+/// the normalization after it; none on the reference path ([`fused::ImagePath::Separate`]).
+pub fn fuse(
+    configs: &[granary_crds::OpConfig],
+    path: fused::ImagePath,
+) -> Option<(Box<dyn crate::ops::Operator>, usize)> {
+    if let Some((op, used)) = fused::FusedCropOp::fuse(configs, path) {
+        return Some((Box::new(op), used));
+    }
+    if path == fused::ImagePath::Separate {
+        return None;
+    }
+    flip_normalize::FlipNormalizeOp::fuse(configs)
+        .map(|(op, used)| (Box::new(op) as Box<dyn crate::ops::Operator>, used))
+}
+
 /// Largest accepted side of an image, in pixels (decoded or produced by an operator).
 pub const MAX_SIDE: usize = 16384;
 
