@@ -6,8 +6,11 @@
 //! Cells are typed as the `jsonl` reader types JSON values: a cell that is a JSON number becomes
 //! a scalar (`int64` for an integer that fits, else `float64`), any other cell is text (`007`,
 //! `n/a`, `true` and an empty cell included). `table.cast` types a text column.
+//!
+//! With a [`Projection`], only the columns it names become fields: the other cells are parsed
+//! (and every row still checked against the header) but neither converted nor copied.
 
-use super::{Emit, Object, SourceError, Split, SplitKind, blocking_reader, relative_key, values};
+use super::{Emit, Object, Projection, SourceError, Split, SplitKind, blocking_reader, relative_key, values};
 use crate::element::{Element, Value};
 use crate::store::Located;
 use granary_crds::SourceSpec;
@@ -72,6 +75,7 @@ pub(super) fn read(
     root: &StorePath,
     object: &Object,
     delimiter: u8,
+    projection: Option<&Projection>,
     rt: &Handle,
     emit: &mut Emit<'_>,
 ) -> Result<(), SourceError> {
@@ -99,12 +103,17 @@ pub(super) fn read(
             ));
         }
     }
+    // The columns that become fields, by index: all of them without a projection.
+    let kept: Vec<(usize, &String)> =
+        header.iter().enumerate().filter(|(_, name)| projection.is_none_or(|p| p.contains(name))).collect();
     let mut record = ::csv::StringRecord::new();
     let mut row = 0u64;
     while reader.read_record(&mut record).map_err(bad)? {
         let mut element = Element::new(format!("{file_key}#{row}"));
-        element.fields =
-            header.iter().zip(record.iter()).map(|(name, cell)| (name.clone(), cell_value(cell))).collect();
+        element.fields = kept
+            .iter()
+            .filter_map(|&(i, name)| record.get(i).map(|cell| (name.clone(), cell_value(cell))))
+            .collect();
         row += 1;
         if !emit(element) {
             return Ok(());

@@ -1,6 +1,10 @@
 //! Sources: listing a dataset in object storage into splits, and streaming each split's records
 //! as elements. A split is the unit of work that is shuffled, assigned and replayed: a group of
 //! files, a WebDataset shard, a JSONL, TFRecord or CSV file, or a Parquet row group.
+//!
+//! A [`Projection`] set on the source ([`Source::set_projection`]) names the top-level fields the
+//! pipeline uses: the Parquet, JSONL and CSV readers then read or build only those fields
+//! (projection pushdown). The other formats ignore it.
 
 pub mod csv;
 pub mod files;
@@ -16,6 +20,7 @@ use futures::TryStreamExt;
 use granary_crds::{InputPipelineSpec, SourceFormat, SourceSpec};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::runtime::Handle;
 
@@ -150,11 +155,59 @@ impl Split {
     }
 }
 
+/// The top-level element fields a pipeline uses from its source: with one set, the Parquet,
+/// JSONL and CSV readers give each element only the fields it names that the data has, and skip
+/// reading or building the others. A name the data lacks is no error here (the stage that needs
+/// the field reports it missing). Splits, element counts, order and keys are the same as without.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Projection {
+    fields: BTreeSet<String>,
+}
+
+impl Projection {
+    /// The projection onto `fields` (duplicates are ignored; none gives elements with no fields).
+    pub fn new<I, S>(fields: I) -> Projection
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Projection { fields: fields.into_iter().map(Into::into).collect() }
+    }
+
+    /// Whether field `name` is kept.
+    pub fn contains(&self, name: &str) -> bool {
+        self.fields.contains(name)
+    }
+
+    /// The kept field names, sorted.
+    pub fn fields(&self) -> impl Iterator<Item = &str> {
+        self.fields.iter().map(String::as_str)
+    }
+
+    /// How many names it keeps.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Whether it keeps no field.
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+}
+
+impl<S: Into<String>> FromIterator<S> for Projection {
+    fn from_iter<I: IntoIterator<Item = S>>(fields: I) -> Projection {
+        Projection::new(fields)
+    }
+}
+
 /// A listed dataset: the pipeline's single source, or all of its mixed sources with their splits
 /// numbered across them in order.
 pub struct Source {
     inputs: Vec<Listed>,
     splits: Vec<Split>,
+    /// The fields readers give elements; `None` for all of them.
+    projection: Option<Arc<Projection>>,
 }
 
 /// One listed input.
@@ -184,7 +237,7 @@ impl Source {
     /// `format: files` (see [`SourceSpec::files_per_split`]).
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let (listed, splits) = Self::list_input(spec, batch_size).await?;
-        Ok(Source { inputs: vec![Listed { splits: 0..splits.len(), ..listed }], splits })
+        Ok(Source { inputs: vec![Listed { splits: 0..splits.len(), ..listed }], splits, projection: None })
     }
 
     /// Lists every input of `spec` (its `source`, or each of its `sources` in order), numbering
@@ -204,7 +257,7 @@ impl Source {
             }));
             inputs.push(Listed { splits: first..splits.len(), ..listed });
         }
-        Ok(Source { inputs, splits })
+        Ok(Source { inputs, splits, projection: None })
     }
 
     async fn list_input(spec: &SourceSpec, batch_size: usize) -> Result<(Listed, Vec<Split>), SourceError> {
@@ -232,6 +285,27 @@ impl Source {
             SourceFormat::Csv => self::csv::splits(&located, spec, objects)?,
         };
         Ok((Listed { located, format: spec.format, identity, splits: 0..0 }, splits))
+    }
+
+    /// Sets the fields that [`Source::read_split`] gives elements, for every input and split:
+    /// `Some` reads only the projected fields where the format allows (Parquet: only their
+    /// column chunks are fetched and decoded; JSONL: other keys are parsed but not built; CSV:
+    /// other cells are not converted), `None` (the default) reads every field. Files, WebDataset
+    /// and TFRecord sources ignore it and give every field. Call it after opening, before
+    /// sharing the source (e.g. before wrapping it in an `Arc` for the readers' threads).
+    pub fn set_projection(&mut self, fields: Option<Projection>) {
+        self.projection = fields.map(Arc::new);
+    }
+
+    /// The source with [`Source::set_projection`] applied.
+    pub fn with_projection(mut self, fields: Option<Projection>) -> Source {
+        self.set_projection(fields);
+        self
+    }
+
+    /// The projection set with [`Source::set_projection`]; `None` when every field is read.
+    pub fn projection(&self) -> Option<&Projection> {
+        self.projection.as_deref()
     }
 
     fn first(&self) -> &Listed {
@@ -285,22 +359,25 @@ impl Source {
     }
 
     /// Streams `split`'s elements into `emit`, in order, until it returns false. Runs on a plain
-    /// thread; store I/O goes through `rt`.
+    /// thread; store I/O goes through `rt`. Elements hold the fields of the source's
+    /// [`Projection`], if one is set (see [`Source::set_projection`]).
     pub fn read_split(&self, split: &Split, rt: &Handle, emit: &mut Emit<'_>) -> Result<(), SourceError> {
         let Some(input) = self.inputs.get(split.input) else {
             return Err(SourceError::data(format!("split {}", split.id), "names no listed input"));
         };
         let (store, root) = (&input.located.store, &input.located.path);
+        let projection = self.projection.as_deref();
         match &split.kind {
             SplitKind::Files(samples) => files::read(store, root, samples, rt, emit),
             SplitKind::Shard(object) => webdataset::read(store, root, object, rt, emit),
-            SplitKind::Jsonl(object) => jsonl::read(store, root, object, rt, emit),
+            SplitKind::Jsonl(object) => jsonl::read(store, root, object, projection, rt, emit),
             SplitKind::RowGroup { object, row_group, first_row, .. } => {
-                parquet::read(store, root, object, *row_group, *first_row, rt, emit)
+                let group = parquet::Group { object, index: *row_group, first_row: *first_row };
+                parquet::read(store, root, group, projection, rt, emit)
             }
             SplitKind::Tfrecord { object, gzip } => tfrecord::read(store, root, object, *gzip, rt, emit),
             SplitKind::Csv { object, delimiter } => {
-                self::csv::read(store, root, object, *delimiter, rt, emit)
+                self::csv::read(store, root, object, *delimiter, projection, rt, emit)
             }
         }
     }

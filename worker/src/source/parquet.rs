@@ -1,16 +1,18 @@
 //! `format: parquet`: one row per sample; a row group is a split. Rows are decoded one record
-//! batch at a time.
+//! batch at a time. With a [`Projection`], only the top-level columns it names are read: the
+//! others' column chunks are neither fetched nor decoded.
 
 // `ParquetObjectReader` is deprecated in parquet 60 in favour of hand-written `AsyncFileReader`s;
 // it still reads correctly over any `object_store`, and replacing it is tracked for the cache work.
 #![allow(deprecated)]
 
-use super::{Emit, Object, SourceError, Split, SplitKind, relative_key, values};
+use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::element::Element;
 use crate::store::Located;
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore};
+use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
 use parquet::file::metadata::ParquetMetaData;
 use std::sync::Arc;
@@ -71,22 +73,46 @@ fn check_row_group(metadata: &ParquetMetaData, row_group: usize, file_size: u64)
     Ok(())
 }
 
+/// The row group a split reads.
+pub(super) struct Group<'a> {
+    /// The file.
+    pub object: &'a Object,
+    /// Its index in the file.
+    pub index: usize,
+    /// Row number (within the file) of its first row.
+    pub first_row: u64,
+}
+
+/// The mask reading the top-level columns `projection` names (nested columns whole).
+fn projection_mask(
+    schema: &parquet::schema::types::SchemaDescriptor,
+    projection: &Projection,
+) -> ProjectionMask {
+    let roots = schema.root_schema().get_fields().iter().enumerate();
+    ProjectionMask::roots(schema, roots.filter(|(_, f)| projection.contains(f.name())).map(|(i, _)| i))
+}
+
 pub(super) fn read(
     store: &Arc<dyn ObjectStore>,
     root: &StorePath,
-    object: &Object,
-    row_group: usize,
-    first_row: u64,
+    group: Group<'_>,
+    projection: Option<&Projection>,
     rt: &Handle,
     emit: &mut Emit<'_>,
 ) -> Result<(), SourceError> {
+    let Group { object, index: row_group, first_row } = group;
     let location = object.location.to_string();
     let bad = |e: parquet::errors::ParquetError| {
         SourceError::data(location.clone(), format!("cannot read Parquet: {e}"))
     };
-    let builder = rt.block_on(ParquetRecordBatchStreamBuilder::new(reader(store, object))).map_err(bad)?;
+    let mut builder =
+        rt.block_on(ParquetRecordBatchStreamBuilder::new(reader(store, object))).map_err(bad)?;
     check_row_group(builder.metadata(), row_group, object.size)
         .map_err(|m| SourceError::data(location.clone(), m))?;
+    if let Some(projection) = projection {
+        let mask = projection_mask(builder.parquet_schema(), projection);
+        builder = builder.with_projection(mask);
+    }
     let mut stream =
         builder.with_row_groups(vec![row_group]).with_batch_size(ROWS_PER_BATCH).build().map_err(bad)?;
     let file_key = relative_key(root, &object.location);
