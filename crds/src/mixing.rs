@@ -219,6 +219,7 @@ mod tests {
                 files_per_split: None,
                 compression: None,
                 delimiter: None,
+                fields: None,
             },
         }
     }

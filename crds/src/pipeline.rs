@@ -92,6 +92,20 @@ pub struct InputPipelineSpec {
     /// and counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<ErrorsSpec>,
+    /// Whether the optimizer may rewrite the stages into an equivalent plan: move filters and
+    /// size-reducing stages earlier, read only the fields the pipeline uses, and fuse image
+    /// stages. Defaults to true; `granary plan` prints the plan and each rewrite with its
+    /// equivalence rule. `false` runs the stages exactly as written.
+    #[serde(default = "default_optimize", skip_serializing_if = "is_true")]
+    pub optimize: bool,
+}
+
+fn default_optimize() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 impl InputPipelineSpec {

@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
     {
         "rule": "self.format == 'csv' || !has(self.delimiter)",
         "message": "`delimiter` applies only to `format: csv`"
+    },
+    {
+        "rule": "self.format in ['jsonl', 'parquet', 'csv'] || !has(self.fields)",
+        "message": "`fields` applies only to `format: jsonl`, `parquet` and `csv`"
     }
 ]))]
 pub struct SourceSpec {
@@ -37,9 +41,11 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<String>,
     /// Only for `format: files`: how many files make one split, the unit of work that is
-    /// shuffled, assigned to a worker and replayed after a failure. Defaults to the smallest
-    /// multiple of the batch size that is at least 64, so that every batch but an epoch's last
-    /// comes whole from one split (batches merged from split remainders cost an extra copy).
+    /// shuffled, assigned to a worker, replayed after a failure and cached. Defaults to 256,
+    /// whatever the batch size, so that pipelines differing only in `batch.size` share their
+    /// cache entries; with a batch size that divides it (any power of two up to 256) every batch
+    /// but an epoch's last comes whole from one split. Batches merged from split remainders cost
+    /// an extra copy: for larger batch sizes, set a multiple of the largest one used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub files_per_split: Option<u32>,
@@ -54,7 +60,19 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1))]
     pub delimiter: Option<String>,
+    /// Only for `format: jsonl`, `parquet` and `csv`: the fields (keys, columns) to read; the
+    /// others are skipped while reading, and a Parquet file's other columns are never fetched.
+    /// Unset: every field. The optimizer sets it from the fields the stages and the batch use
+    /// (`granary plan` shows it), so a spec rarely needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub fields: Option<Vec<String>>,
 }
+
+/// Files per split of `format: files` when `filesPerSplit` is unset: a multiple of every power
+/// of two up to 256, so batches of those sizes lie whole in one split, and the same for every
+/// batch size, so a sweep over batch sizes reads one cache entry.
+pub const DEFAULT_FILES_PER_SPLIT: usize = 256;
 
 /// Layout of the data under `spec.source.url`.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
@@ -104,16 +122,11 @@ pub enum Compression {
 }
 
 impl SourceSpec {
-    /// Files per split for `format: files` with batches of `batch_size`: the spec's value, or
-    /// the smallest multiple of the batch size that is at least 64.
-    pub fn files_per_split(&self, batch_size: usize) -> usize {
-        match self.files_per_split {
-            Some(n) => n.max(1) as usize,
-            None => {
-                let batch = batch_size.max(1);
-                64usize.div_ceil(batch) * batch
-            }
-        }
+    /// Files per split for `format: files`: the spec's value, or [`DEFAULT_FILES_PER_SPLIT`].
+    /// It does not depend on the batch size, so neither do the splits nor the cache entries,
+    /// which hold one split each.
+    pub fn files_per_split(&self) -> usize {
+        self.files_per_split.map_or(DEFAULT_FILES_PER_SPLIT, |n| n.max(1) as usize)
     }
 
     /// Whether a `format: tfrecord` file named `name` is GZIP-compressed: as `compression` says,

@@ -96,6 +96,35 @@ fn check_source(source: &SourceSpec, path: &str, problems: &mut Vec<Problem>) {
             "must not be empty; give the labels JSONL file (relative to `url`, or a URL), or remove it",
         ));
     }
+    if let Some(fields) = &source.fields {
+        use crate::SourceFormat::{Csv, Jsonl, Parquet};
+        if !matches!(source.format, Jsonl | Parquet | Csv) {
+            problems.push(Problem::new(
+                format!("{path}.fields"),
+                format!(
+                    "applies only to `format: jsonl`, `parquet` and `csv`, but the format is `{}`; \
+                     remove it",
+                    source.format.name()
+                ),
+            ));
+        }
+        if fields.is_empty() {
+            problems.push(Problem::new(
+                format!("{path}.fields"),
+                "must name at least one field; remove it to read every field",
+            ));
+        }
+        for (i, f) in fields.iter().enumerate() {
+            if f.is_empty() {
+                problems.push(Problem::new(format!("{path}.fields[{i}]"), "must not be empty; name a field"));
+            } else if fields[..i].contains(f) {
+                problems.push(Problem::new(
+                    format!("{path}.fields[{i}]"),
+                    format!("field `{f}` is listed twice"),
+                ));
+            }
+        }
+    }
     if source.files_per_split == Some(0) {
         problems.push(Problem::new(
             format!("{path}.filesPerSplit"),
@@ -307,13 +336,24 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
         }
         if info.family == Family::Image {
             let field = stage_field(stage, info);
-            if let Some(n) = finished.get(&field) {
+            // A flip mirrors a HWC tensor of any element type, so it may follow a HWC
+            // normalization (the optimizer moves it before, where it costs less).
+            let mirrors_hwc = |n: usize| {
+                op == crate::ops::Flip::OP
+                    && matches!(
+                        crate::OpConfig::parse(&stages[n], &format!("spec.stages[{n}]")),
+                        Ok(crate::OpConfig::ImageNormalize(c)) if c.layout == crate::ops::Layout::HWC
+                    )
+            };
+            if let Some(&n) = finished.get(&field)
+                && !mirrors_hwc(n)
+            {
                 problems.push(Problem::new(
                     format!("{path}.op"),
                     format!(
                         "`{op}` comes after `{}` of field `{field}` (spec.stages[{n}]); \
                          normalize must be the last image operator for its field: move this stage before it",
-                        stages[*n].op
+                        stages[n].op
                     ),
                 ));
                 continue;
@@ -344,7 +384,14 @@ fn check_flow(stages: &[StageSpec], problems: &mut Vec<Problem>) {
                 // Report the missing decode once per field.
                 reported_missing_decode.push(field.clone());
             }
-            if info.output == Kind::ImageTensor {
+            // A `uint8` HWC normalization leaves the pixels as they are: image operators may
+            // still follow it.
+            let identity = matches!(
+                crate::OpConfig::parse(stage, &path),
+                Ok(crate::OpConfig::ImageNormalize(c))
+                    if c.dtype == crate::ops::ImageDType::Uint8 && c.layout == crate::ops::Layout::HWC
+            );
+            if info.output == Kind::ImageTensor && !identity {
                 finished.insert(field, i);
             }
         } else if info.input == Kind::Tokens && tokenized.is_none() {

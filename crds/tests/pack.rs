@@ -17,6 +17,7 @@ fn spec(stages: Vec<StageSpec>) -> InputPipelineSpec {
             files_per_split: None,
             compression: None,
             delimiter: None,
+            fields: None,
         }),
         sources: Vec::new(),
         mixing: None,
@@ -30,6 +31,7 @@ fn spec(stages: Vec<StageSpec>) -> InputPipelineSpec {
         workers: None,
         python: None,
         errors: None,
+        optimize: true,
     }
 }
 

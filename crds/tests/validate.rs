@@ -19,6 +19,7 @@ fn spec() -> InputPipelineSpec {
             files_per_split: None,
             compression: None,
             delimiter: None,
+            fields: None,
         }),
         sources: Vec::new(),
         mixing: None,
@@ -37,6 +38,7 @@ fn spec() -> InputPipelineSpec {
         workers: None,
         python: None,
         errors: None,
+        optimize: true,
     }
 }
 

@@ -34,6 +34,17 @@ pub struct PythonMap {
     /// also compute each element's output from that element alone.
     #[serde(default)]
     pub deterministic: bool,
+    /// The fields the function reads, when it declares them. With `writes` also given, the
+    /// optimizer may move other stages across this one (a filter that tests none of `writes`
+    /// runs before it) and reads only the fields the pipeline uses. Unset: the function may read
+    /// any field, and nothing moves across it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Vec<String>>,
+    /// The fields the function adds, replaces or drops, when it declares them (see `reads`).
+    /// The worker checks the declaration: a returned field outside `writes`, or a field of
+    /// `writes` missing when it was read, fails the element.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<Vec<String>>,
 }
 
 /// `python.filter`: calls a Python function on every element (or on groups of elements) and
@@ -65,6 +76,11 @@ pub struct PythonFilter {
     /// changes the element count.
     #[serde(default)]
     pub deterministic: bool,
+    /// The fields the function reads, when it declares them: the optimizer may then run the
+    /// filter before stages that write none of them, so that the elements it drops are never
+    /// computed. Unset: the function may read any field, and the filter stays where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Vec<String>>,
 }
 
 /// Parameters Granary passes itself, which `args` may not name.
@@ -113,6 +129,18 @@ impl PythonMap {
 
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_call(&self.function, &self.args, path, problems);
+        check_fields(self.reads.as_deref(), &format!("{path}.reads"), problems);
+        check_fields(self.writes.as_deref(), &format!("{path}.writes"), problems);
+        if self.reads.is_some() != self.writes.is_some() {
+            let (given, missing) = if self.reads.is_some() { ("reads", "writes") } else { ("writes", "reads") };
+            problems.push(Problem::new(
+                format!("{path}.{missing}"),
+                format!(
+                    "must be given with `{given}`: the optimizer moves stages across a Python map only \
+                     when it knows both what it reads and what it writes (an empty list is allowed)"
+                ),
+            ));
+        }
     }
 }
 
@@ -137,6 +165,18 @@ impl PythonFilter {
 
     pub(super) fn check(&self, path: &str, problems: &mut Vec<Problem>) {
         check_call(&self.function, &self.args, path, problems);
+        check_fields(self.reads.as_deref(), &format!("{path}.reads"), problems);
+    }
+}
+
+/// Checks a declared field list at `path`: names not empty, none twice.
+fn check_fields(fields: Option<&[String]>, path: &str, problems: &mut Vec<Problem>) {
+    for (i, f) in fields.unwrap_or_default().iter().enumerate() {
+        if f.is_empty() {
+            problems.push(Problem::new(format!("{path}[{i}]"), "must not be empty; name a field"));
+        } else if fields.unwrap_or_default()[..i].contains(f) {
+            problems.push(Problem::new(format!("{path}[{i}]"), format!("field `{f}` is listed twice")));
+        }
     }
 }
 
@@ -196,6 +236,8 @@ mod tests {
             batched: false,
             args: Default::default(),
             deterministic: false,
+            reads: None,
+            writes: None,
         }
     }
 
@@ -227,6 +269,7 @@ mod tests {
             batched: true,
             args: Default::default(),
             deterministic: false,
+            reads: None,
         };
         assert_eq!(f.target(), Some(("quality", "keep")));
         assert_eq!(f.call().role, PythonRole::Filter);
