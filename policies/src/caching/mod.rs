@@ -12,10 +12,15 @@
 //! number of workers: each streams its entries (and compresses what it writes) on one thread. Totals cover the remaining epochs;
 //! dollars add time at the hourly price and storage of newly written bytes over the retention.
 //! A cache option must beat computing by [`MARGIN`] of the total to be chosen.
+//!
+//! [`feedback`] closes the loop: at each epoch boundary the caller compares the measured time with
+//! the predicted one and, beyond [`feedback::TOLERANCE`], corrects the profile's figures and
+//! decides again.
 
 mod at;
 mod auto;
 pub mod cachew;
+pub mod feedback;
 mod fmt;
 mod model;
 mod rules;
