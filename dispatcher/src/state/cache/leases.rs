@@ -26,6 +26,9 @@ impl State {
         let compute = pb::CacheTask { mode: pb::CacheMode::Compute as i32, ..Default::default() };
         let Some((input, entry_split)) = self.entry_split_of(pipeline, split) else { return compute };
         let Some(p) = self.pipelines.get_mut(pipeline) else { return compute };
+        if p.cache.timed() {
+            p.cache.granted.insert(lease, now);
+        }
         let (Some(key), Some(chosen)) = (p.cache.entry_key(input), p.cache.decision.as_ref()) else {
             return compute;
         };
@@ -71,6 +74,9 @@ impl State {
         split: u64,
         lease: u64,
     ) {
+        if let Some(p) = self.pipelines.get_mut(pipeline) {
+            p.cache.granted.remove(&lease);
+        }
         let Some(task) = task else { return };
         let Some(store) = self.pipelines.get(pipeline).and_then(|p| p.cache.config.store.clone()) else {
             return;
@@ -98,7 +104,18 @@ impl State {
         let located = self.entry_split_of(pipeline, split);
         let Some(p) = self.pipelines.get_mut(pipeline) else { return };
         let mode = task.map_or(pb::CacheMode::Compute as i32, |t| t.mode);
+        let granted = p.cache.granted.remove(&req.lease_id);
+        let timed = p.cache.timed();
+        let counts = &p.facts.counts;
+        let listed = split.checked_rem(counts.len() as u64).and_then(|i| counts.get(i as usize)).copied();
         let stats = p.cache.stats.entry(epoch).or_default();
+        if timed {
+            stats.elements += listed.unwrap_or(0);
+            if let Some(t) = granted {
+                stats.started_ms = Some(stats.started_ms.map_or(t, |s| s.min(t)));
+            }
+            p.cache.unstamped.insert(epoch);
+        }
         if outcome.bad {
             stats.splits_bad += 1;
         } else if mode == pb::CacheMode::Read as i32 {

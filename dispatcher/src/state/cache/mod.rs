@@ -4,20 +4,25 @@
 //! of the state: no I/O, the time comes in as milliseconds.
 
 mod config;
+mod feedback;
 mod inputs;
 mod leases;
 mod report;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_feedback;
+#[cfg(test)]
 mod tests_sources;
 
 pub use config::CacheConfig;
+pub use feedback::EpochCheck;
 pub use inputs::{DEFAULT_RETENTION_HOURS, STORAGE_PER_GB_MONTH};
 pub use report::{CACHE_STATES, CacheReport, EpochCache, SourceEntry};
 
 use super::{DispatchError, Event, State};
 use granary_crds::CachePolicy;
+use granary_policies::caching::feedback::Corrections;
 use granary_policies::caching::{self as policy, Action, CacheDecision, Predicted};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,6 +90,14 @@ pub(crate) struct EpochStats {
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
     pub(crate) recomputed: u64,
+    /// Listed elements of the splits completed.
+    pub(crate) elements: u64,
+    /// When the earliest-granted lease among those completed was granted (ms, this run's clock).
+    pub(crate) started_ms: Option<u64>,
+    /// When the state last saw completions of the epoch: the first tick after them (ms).
+    pub(crate) done_ms: Option<u64>,
+    /// Whether the epoch's prediction was checked against its outcome (once, when it finished).
+    pub(crate) checked: bool,
 }
 
 /// A pipeline's cache state.
@@ -97,6 +110,14 @@ pub(crate) struct PipelineCache {
     pub(crate) stats: BTreeMap<u32, EpochStats>,
     /// Entries the store was told (once each) that the pipeline started reading.
     pub(crate) touched: BTreeSet<String>,
+    /// When each live lease of the pipeline was granted (ms), to time its epoch.
+    pub(crate) granted: BTreeMap<u64, u64>,
+    /// Epochs with completions the clock has not stamped yet.
+    pub(crate) unstamped: BTreeSet<u32>,
+    /// Each finished epoch's prediction against its outcome, in order.
+    pub(crate) checks: Vec<EpochCheck>,
+    /// What the measured epochs corrected in the profile's figures.
+    pub(crate) corrections: Corrections,
 }
 
 impl PipelineCache {
@@ -108,7 +129,16 @@ impl PipelineCache {
             waiting_since: None,
             stats: BTreeMap::new(),
             touched: BTreeSet::new(),
+            granted: BTreeMap::new(),
+            unstamped: BTreeSet::new(),
+            checks: Vec::new(),
+            corrections: Corrections::default(),
         }
+    }
+
+    /// Whether the pipeline may cache, so that its epochs are timed and checked.
+    pub(crate) fn timed(&self) -> bool {
+        self.config.policy != CachePolicy::Never && self.config.store.is_some()
     }
 
     /// The pipeline caches and has no decision yet: the first worker measures a profile while
@@ -329,7 +359,19 @@ impl State {
                 policy::forced(&inputs, cut)
             }
         };
+        self.chosen(name, profile, decision, epoch)
+    }
+
+    /// `decision` with its entry at the cut it chose, from `profile`'s cuts.
+    pub(crate) fn chosen(
+        &self,
+        name: &str,
+        profile: &pb::CacheProfile,
+        decision: CacheDecision,
+        epoch: u32,
+    ) -> Chosen {
         let decision = sanitize(decision);
+        let mixing = self.pipelines.get(name).is_some_and(|p| p.facts.mixing.is_some());
         let cut = match decision.action {
             Action::Compute => return Chosen::compute(decision, epoch),
             Action::Write { boundary } | Action::Read { boundary } => boundary,
@@ -339,7 +381,7 @@ impl State {
                 decision,
                 fingerprint: b.fingerprint.clone(),
                 // A single source's entry is `fingerprint`; the journal keeps its old shape.
-                sources: if p.facts.mixing.is_some() {
+                sources: if mixing {
                     boundary_entries(b).into_iter().map(str::to_string).collect()
                 } else {
                     Vec::new()
@@ -348,10 +390,16 @@ impl State {
                 stage: b.stage.clone(),
                 epoch,
             },
-            None => compute(
-                format!("computing: the policy chose cut {cut}, which the profile does not list"),
-                rate,
-            ),
+            None => {
+                let rate = decision.predicted.compute_items_per_s;
+                Chosen::compute(
+                    decided_compute(
+                        format!("computing: the policy chose cut {cut}, which the profile does not list"),
+                        rate,
+                    ),
+                    epoch,
+                )
+            }
         }
     }
 
@@ -387,7 +435,9 @@ impl State {
     /// Decides to compute for a caching pipeline that has waited [`PROFILE_WAIT_MS`] for a
     /// profile. Until a decision, its splits are leased to compute: the first worker measures
     /// the profile beside its first splits instead of holding the epoch up.
+    /// Also the clock of the closed loop, on each lease request: see [`State::cache_tick`].
     pub(crate) fn cache_profile_timeout(&mut self, name: &str, now: u64) {
+        self.cache_tick(name, now);
         let Some(p) = self.pipelines.get_mut(name) else { return };
         if !p.cache.wants_profile() {
             return;
@@ -401,12 +451,20 @@ impl State {
         self.record_decision(name, Chosen::compute(decided_compute(reason, 0.0), epoch));
     }
 
-    /// Starts the profile wait of every caching pipeline that has none yet.
+    /// Starts the profile wait of every caching pipeline that has none yet, and runs the closed
+    /// loop's clock ([`State::cache_tick`]) for every pipeline that caches.
     pub(crate) fn stamp_profile_waits(&mut self, now: u64) {
-        for p in self.pipelines.values_mut() {
+        let mut timed = Vec::new();
+        for (name, p) in &mut self.pipelines {
             if p.cache.wants_profile() && p.cache.waiting_since.is_none() {
                 p.cache.waiting_since = Some(now);
             }
+            if !p.cache.unstamped.is_empty() {
+                timed.push(name.clone());
+            }
+        }
+        for name in timed {
+            self.cache_tick(&name, now);
         }
     }
 
@@ -446,6 +504,15 @@ impl State {
                     .all(|j| !j.consumers.is_empty() && j.consumers.values().all(|c| c.finished));
             if !finished {
                 store.in_use.extend(p.cache.entries());
+            }
+        }
+        // An entry a lease still writes stays, even once no decision names it (the pipeline
+        // re-decided): the write finishes, or its lease is lost, before the entry may go.
+        for ((url, fp), entry) in &self.cache_entries {
+            if let Some(store) = stores.get_mut(url)
+                && !entry.writing.is_empty()
+            {
+                store.in_use.insert(fp.clone());
             }
         }
         stores.into_values().collect()

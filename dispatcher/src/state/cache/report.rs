@@ -1,7 +1,7 @@
 //! What the autocacher decided for a pipeline and what the cache did in each epoch, for status,
 //! summaries and benchmarks.
 
-use super::EpochStats;
+use super::{EpochCheck, EpochStats};
 use crate::state::State;
 use granary_policies::caching::{Action, CacheDecision};
 use serde::Serialize;
@@ -26,6 +26,16 @@ pub struct CacheReport {
     pub sources: Vec<SourceEntry>,
     /// What the cache did in each epoch that completed splits.
     pub epochs: Vec<EpochCache>,
+    /// Each finished epoch's prediction against its outcome, in order (see
+    /// [`EpochCheck::verdict`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<EpochCheck>,
+    /// The last check in words: "epoch 0: predicted 8.4 s computing, measured 25 s (+198%):
+    /// re-deciding → write `small` (cut 2)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<String>,
+    /// How many times the closed loop re-decided.
+    pub redecisions: u32,
 }
 
 impl CacheReport {
@@ -89,11 +99,15 @@ pub struct EpochCache {
     /// Elements recomputed after failed reads.
     pub recomputed: u64,
     /// The decision's predicted pipeline rate (elements/s) for this epoch: the predicted time
-    /// per element of reading, writing and computing, weighted by the splits of each kind.
+    /// per element of reading, writing and computing, weighted by the splits of each kind. Once
+    /// the epoch is checked, the rate it was checked against.
     pub predicted_items_per_s: Option<f64>,
+    /// The rate the dispatcher measured over the epoch (elements/s), once it finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_items_per_s: Option<f64>,
 }
 
-fn mode(s: &EpochStats) -> &'static str {
+pub(super) fn mode(s: &EpochStats) -> &'static str {
     if s.splits_written > 0 {
         "write"
     } else if s.splits_read > 0 && s.splits_read >= s.splits_computed {
@@ -109,7 +123,7 @@ fn positive(x: f64) -> Option<f64> {
 
 /// The predicted rate of an epoch whose splits were read, written and computed as `s` counts
 /// them: the time per element of each kind, weighted by its splits.
-fn blended(p: &granary_policies::caching::Predicted, s: &EpochStats) -> Option<f64> {
+pub(super) fn blended(p: &granary_policies::caching::Predicted, s: &EpochStats) -> Option<f64> {
     let time = |rate: Option<f64>| rate.and_then(positive).map(|r| 1.0 / r);
     let kinds = [
         (s.splits_read, time(p.read_items_per_s)),
@@ -154,7 +168,11 @@ impl State {
             .iter()
             .map(|(&epoch, s)| {
                 let mode = mode(s);
-                let predicted = chosen.and_then(|c| blended(&c.decision.predicted, s));
+                let check = p.cache.checks.iter().rev().find(|c| c.epoch == epoch);
+                let predicted = match check {
+                    Some(c) => Some(c.predicted_items_per_s()),
+                    None => chosen.and_then(|c| blended(&c.decision.predicted, s)),
+                };
                 EpochCache {
                     epoch,
                     mode: mode.to_string(),
@@ -167,6 +185,7 @@ impl State {
                     splits_read_failed: s.splits_read_failed,
                     recomputed: s.recomputed,
                     predicted_items_per_s: predicted.and_then(positive),
+                    measured_items_per_s: check.map(EpochCheck::measured_items_per_s).and_then(positive),
                 }
             })
             .collect();
@@ -178,6 +197,9 @@ impl State {
             fingerprint: entry.map(|e| e.1),
             sources,
             epochs,
+            checks: p.cache.checks.clone(),
+            last_check: p.cache.checks.last().map(|c| c.text.clone()),
+            redecisions: p.cache.checks.iter().filter(|c| c.verdict == "re-decided").count() as u32,
         })
     }
 }
