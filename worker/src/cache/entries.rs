@@ -8,7 +8,7 @@
 use super::{CachedInput, Cut, EngineCache};
 use crate::executor::Plan;
 use crate::source::{InputListing, Source};
-use granary_crds::{CachePolicy, InputPipelineSpec, SourceSpec};
+use granary_crds::{CachePolicy, InputPipelineSpec, SourceFormat, SourceSpec};
 use granary_store::cache::{CacheError, CacheStore, EntryIdentity};
 
 /// A file a stage read when it was built (a tokenizer): its content is part of the identity of
@@ -55,7 +55,8 @@ pub fn caches(spec: &InputPipelineSpec) -> bool {
 /// (URL, format and its options, listing, splits) and on the stages before the cut with the
 /// resources they read: a mixed pipeline's entry of a source is the entry a single-source
 /// pipeline reading that source with the same stages writes and reads, and the other way round.
-/// A source's name and weight only choose which elements are drawn, so they are not part of it.
+/// A source's name and weight only choose which elements are drawn, so they are not part of it,
+/// and neither is the batch size (see [`source_identity`]).
 pub fn build(
     spec: &InputPipelineSpec,
     pipeline: &str,
@@ -80,7 +81,6 @@ pub fn build(
         Some(k) => vec![k],
         None => (0..=prefix).collect(),
     };
-    let batch_size = spec.batch.size.max(1) as usize;
     let mut cuts = Vec::new();
     for k in candidates {
         if k > prefix || plan.stage_at_cut(k).is_none() {
@@ -95,9 +95,7 @@ pub fn build(
         let fingerprints = inputs
             .iter()
             .zip(&listings)
-            .map(|(input, listing)| {
-                source_identity(input.source, listing, batch_size, &stages, &read).fingerprint()
-            })
+            .map(|(input, listing)| source_identity(input.source, listing, &stages, &read).fingerprint())
             .collect();
         let stage = if k == 0 { "source".to_string() } else { spec.stages[k - 1].display_name().to_string() };
         cuts.push(Cut { index: k, stage, fingerprints });
@@ -139,20 +137,32 @@ fn stage_identity(spec: &InputPipelineSpec, k: usize) -> Vec<serde_json::Value> 
 /// The identity of one source's entry at a cut whose stages are `stages` (see [`build`]).
 /// `source` is the source as the spec gives it (for `spec.sources`, without its name and
 /// weight); `read` the resources those stages read.
+///
+/// The batch size is not part of it. It shapes no split: `format: files` groups
+/// [`SourceSpec::files_per_split`] files, which has a default of its own, and the other formats
+/// split by file or row group. Nor does it shape an element before a cut: the only stages that
+/// see it are batched ones (a batched `python.map` gets groups of `batch.size` elements), and
+/// one of those lies in the deterministic prefix only when it declares `deterministic: true`,
+/// which promises each element's output from that element alone, whatever its group. A batched
+/// stage that draws from its group's random stream ends the prefix, so no entry holds its output.
+/// `filesPerSplit` enters only for `format: files`, where it groups the files into splits.
 pub fn source_identity(
     source: &SourceSpec,
     listing: &InputListing<'_>,
-    batch_size: usize,
     stages: &[serde_json::Value],
     read: &[serde_json::Value],
 ) -> EntryIdentity {
-    let extra = serde_json::json!({
+    let mut extra = serde_json::json!({
         "objects": listing.identity,
         "source": serde_json::to_value(source).unwrap_or_default(),
         "splits": listing.splits.len(),
-        "filesPerSplit": source.files_per_split(batch_size),
         "resources": read,
     });
+    if source.format == SourceFormat::Files
+        && let Some(map) = extra.as_object_mut()
+    {
+        map.insert("filesPerSplit".to_string(), source.files_per_split().into());
+    }
     EntryIdentity {
         source_url: listing.url.to_string(),
         source_format: format!("{:?}", source.format).to_lowercase(),

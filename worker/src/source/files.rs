@@ -26,11 +26,14 @@ pub(crate) fn field_for_extension(ext: &str) -> &str {
     }
 }
 
+/// Lists `objects` into splits of [`SourceSpec::files_per_split`] samples, in listing order.
+/// The batch size does not size them (`_batch_size` is unused), so a pipeline's splits, and the
+/// cache entries that hold one split each, are the same at every batch size.
 pub(super) async fn splits(
     located: &Located,
     spec: &SourceSpec,
     objects: Vec<ObjectMeta>,
-    batch_size: usize,
+    _batch_size: usize,
 ) -> Result<Vec<Split>, SourceError> {
     let labels = match &spec.labels {
         Some(labels) => Some(load_labels(located, labels).await?),
@@ -64,7 +67,7 @@ pub(super) async fn splits(
         return Err(SourceError::Empty { url: located.url.to_string(), format: "files" });
     }
     Ok(samples
-        .chunks(spec.files_per_split(batch_size))
+        .chunks(spec.files_per_split())
         .enumerate()
         .map(|(i, chunk)| Split { id: i as u64, kind: SplitKind::Files(chunk.to_vec()), input: 0 })
         .collect())
