@@ -205,3 +205,22 @@ fn an_entry_written_when_the_pipeline_re_decided_stays_until_the_write_ends() {
     finish(&mut s, &writing, written(100));
     assert!(s.cache_stores()[0].in_use.is_empty());
 }
+
+#[test]
+fn a_slow_epoch_is_not_blamed_on_the_pipeline_while_the_consumers_set_the_pace() {
+    let mut s = State::new(Timing::default(), 1);
+    let w = setup(&mut s, "p", "auto", 3, 3);
+    assert_eq!(decide_with(&mut s, "p", loaded_profile(1.0)), Action::Compute);
+    run_epoch_0(&mut s, &w, |_| pb::CacheOutcome::default());
+    // The worker's queues are full: the trainer reads slower than the pipeline produces.
+    let metrics = pb::WorkerMetrics { buffered_parts: 19, buffer_capacity: 20, ..Default::default() };
+    let hb =
+        pb::WorkerHeartbeatRequest { worker_id: w.clone(), metrics: Some(metrics), ..Default::default() };
+    s.worker_heartbeat(&hb, 50).unwrap();
+    let next = lease_at(&mut s, &w, 90);
+    assert_eq!(mode(&next), pb::CacheMode::Compute);
+    let check = &s.cache_report("p").unwrap().checks[0];
+    assert_eq!(check.verdict, "held");
+    assert!(check.text.contains("(+200%): the consumers set the pace"), "{}", check.text);
+    assert!(s.pipelines["p"].cache.corrections.is_identity());
+}
