@@ -14,6 +14,7 @@ pub mod decode;
 pub mod flip;
 pub mod flip_normalize;
 pub mod fused;
+pub mod fused_resize;
 pub mod jpeg;
 pub mod normalize;
 pub mod resize;
@@ -27,11 +28,30 @@ use std::cell::RefCell;
 /// The fused operator that runs the stages at the start of `configs` in one pass, with how many
 /// it takes: decode with a random crop (and the flip and normalization after it), or a flip and
 /// the normalization after it; none on the reference path ([`fused::ImagePath::Separate`]).
+/// The deterministic decode → resize → centre crop run stays separate here: see [`fuse_run`].
 pub fn fuse(
     configs: &[granary_crds::OpConfig],
     path: fused::ImagePath,
 ) -> Option<(Box<dyn crate::ops::Operator>, usize)> {
+    fuse_run(configs, path, true)
+}
+
+/// As [`fuse`], and also decode with a resize and/or a centre crop (and the flip and
+/// normalization after it, [`fused_resize::FusedResizeOp`]) unless `keep_cuts` is set.
+///
+/// `keep_cuts` says that a cache may cut the pipeline after any stage of its deterministic
+/// prefix (`policy: auto`), so those stages must stay apart: the decode → resize → centre crop
+/// run is all deterministic. The random crop's run is fused regardless: only its decode could
+/// be cached, which is never worth it.
+pub fn fuse_run(
+    configs: &[granary_crds::OpConfig],
+    path: fused::ImagePath,
+    keep_cuts: bool,
+) -> Option<(Box<dyn crate::ops::Operator>, usize)> {
     if let Some((op, used)) = fused::FusedCropOp::fuse(configs, path) {
+        return Some((Box::new(op), used));
+    }
+    if !keep_cuts && let Some((op, used)) = fused_resize::FusedResizeOp::fuse(configs, path) {
         return Some((Box::new(op), used));
     }
     if path == fused::ImagePath::Separate {
