@@ -62,8 +62,8 @@ pub fn commute(a: &Effects, b: &Effects) -> Option<(&'static str, Equivalence)> 
             }
             _ => {}
         }
-        if b.min_size_of.as_deref() == Some(field.as_str()) && *hwc {
-            return Some(("HWC normalization keeps the image's height and width", Equivalence::Exact));
+        if b.min_size_of.as_deref() == Some(field.as_str()) && *identity {
+            return Some(("`uint8` HWC normalization leaves every pixel as it is", Equivalence::Exact));
         }
     }
     let independent = !a.writes.meets(&b.reads) && !b.writes.meets(&a.reads) && !a.writes.meets(&b.writes);

@@ -94,7 +94,9 @@ pub struct DeferredNormalize {
 
 /// A pipeline ready to run in this process.
 pub struct Engine {
+    /// The spec as the plan runs it: the optimizer's stage order and source fields.
     spec: InputPipelineSpec,
+    optimized: granary_optimizer::Plan,
     deferred: Option<DeferredNormalize>,
     source: Arc<Source>,
     plan: Arc<Plan>,
@@ -109,28 +111,36 @@ pub struct Engine {
 impl Engine {
     /// Builds the pipeline of `manifest`: lists the source and builds every stage.
     pub fn open(manifest: &Manifest, options: EngineOptions) -> Result<Engine, EngineError> {
-        let spec = manifest.pipeline.spec.clone();
-        let problems = granary_crds::validate::validate(&spec);
+        let written = &manifest.pipeline.spec;
+        let problems = granary_crds::validate::validate(written);
         if !problems.is_empty() {
             return Err(granary_crds::Problems(problems).into());
         }
+        // Everything below runs the plan: the stages in the optimizer's order (messages name
+        // each by its place as written), the source reading only the fields they use.
+        let optimized = granary_optimizer::optimize(written);
+        let spec = optimized.apply(written);
+        let origins = optimized.origins();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("granary-io")
             .enable_all()
             .build()
             .map_err(EngineError::Runtime)?;
-        let source = Arc::new(runtime.block_on(Source::open_all(&spec, spec.batch.size as usize))?);
+        let source = runtime.block_on(Source::open_all(&spec, spec.batch.size as usize))?;
+        let source = Arc::new(source.with_projection(projection(&spec)));
         let resources = Resources::default();
         let mut ctx = build_context(&manifest.base_dir, runtime.handle().clone(), resources.clone());
         let mut configs = Vec::with_capacity(spec.stages.len());
-        for (i, stage) in spec.stages.iter().enumerate() {
-            configs
-                .push(OpConfig::parse(stage, &format!("spec.stages[{i}]")).map_err(granary_crds::Problems)?);
+        for (stage, origin) in spec.stages.iter().zip(&origins) {
+            configs.push(
+                OpConfig::parse(stage, &format!("spec.stages[{origin}]")).map_err(granary_crds::Problems)?,
+            );
         }
         let compute_threads = compute_threads(options.threads, &configs);
         ctx.python =
-            start_python(&configs, &manifest.base_dir, &options, compute_threads, &resources)?.map(Arc::new);
+            start_python(&configs, &origins, &manifest.base_dir, &options, compute_threads, &resources)?
+                .map(Arc::new);
         let deferred = match configs.last() {
             Some(OpConfig::ImageNormalize(n))
                 if options.defer_normalize && n.dtype == ImageDType::Float32 =>
@@ -154,12 +164,12 @@ impl Engine {
             let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
             if let Some((op, used)) = ops::image::fuse(&configs[i..end], options.image_path) {
                 let names: Vec<&str> = spec.stages[i..i + used].iter().map(|s| s.display_name()).collect();
-                let path = format!("spec.stages[{i}..={}]", i + used - 1);
+                let path = stages_path(&origins[i..i + used]);
                 stages.push(Stage { name: names.join(" → "), path, op, first: i });
                 i += used;
                 continue;
             }
-            let path = format!("spec.stages[{i}]");
+            let path = format!("spec.stages[{}]", origins[i]);
             resources.stage.store(i, std::sync::atomic::Ordering::Relaxed);
             let op = ops::build(&configs[i], &ctx)
                 .map_err(|error| EngineError::Build { path: path.clone(), error })?;
@@ -196,7 +206,13 @@ impl Engine {
             }
         }
         let plan = Arc::new(plan);
-        Ok(Engine { spec, deferred, source, plan, options, compute_threads, runtime, cache_error })
+        Ok(Engine { spec, optimized, deferred, source, plan, options, compute_threads, runtime, cache_error })
+    }
+
+    /// The optimizer's plan this engine runs: the stages in their order, the fields the source
+    /// reads, and each rewrite (see [`granary_optimizer::Plan::explain`]).
+    pub fn optimized(&self) -> &granary_optimizer::Plan {
+        &self.optimized
     }
 
     /// The final normalization left to the consumer, with `EngineOptions::defer_normalize`.
@@ -239,7 +255,8 @@ impl Engine {
         self.cache_profiler()?.measure(limits)
     }
 
-    /// The spec being run.
+    /// The spec being run: as written, but with the stages in the plan's order and the source
+    /// reading the plan's fields.
     pub fn spec(&self) -> &InputPipelineSpec {
         &self.spec
     }
@@ -409,8 +426,60 @@ pub fn compute_threads(threads: usize, configs: &[OpConfig]) -> usize {
     threads.max(1) + usize::from(configs.iter().any(|c| c.python_call().is_some()))
 }
 
+/// The runs of stages of `spec` (a plan's spec, see [`Engine::spec`]) that the executor fuses
+/// into one operator on the image path `path`, as index ranges into `spec.stages`: what
+/// [`Engine::stages`] shows once the pipeline is open, without listing its source. A spec whose
+/// stages do not parse has none.
+pub fn fused_runs(spec: &InputPipelineSpec, path: ImagePath) -> Vec<std::ops::Range<usize>> {
+    let Ok(configs) = spec
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| OpConfig::parse(s, &format!("spec.stages[{i}]")))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return Vec::new();
+    };
+    let pinned = entries::pinned_cut(spec).filter(|_| entries::caches(spec));
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < configs.len() {
+        let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
+        match ops::image::fuse(&configs[i..end], path) {
+            Some((_, used)) => {
+                runs.push(i..i + used);
+                i += used;
+            }
+            None => i += 1,
+        }
+    }
+    runs
+}
+
+/// What the source reads: the fields the plan gave every source (`source.fields`), or all.
+fn projection(spec: &InputPipelineSpec) -> Option<crate::source::Projection> {
+    let sources: Vec<&granary_crds::SourceSpec> =
+        spec.source.iter().chain(spec.sources.iter().map(|s| &s.source)).collect();
+    let all: Option<Vec<&Vec<String>>> = sources.iter().map(|s| s.fields.as_ref()).collect();
+    all.filter(|f| !f.is_empty()).map(|f| f.into_iter().flatten().cloned().collect())
+}
+
+/// The field path of a run of stages fused into one, by their places as written:
+/// `spec.stages[0..=3]`, or `spec.stages[0,1,3,2]` when the plan reordered them.
+fn stages_path(origins: &[usize]) -> String {
+    let contiguous = origins.windows(2).all(|w| w[1] == w[0] + 1);
+    match (origins.first(), origins.last()) {
+        (Some(a), Some(b)) if contiguous => format!("spec.stages[{a}..={b}]"),
+        _ => {
+            let list: Vec<String> = origins.iter().map(ToString::to_string).collect();
+            format!("spec.stages[{}]", list.join(","))
+        }
+    }
+}
+
 fn start_python(
     configs: &[OpConfig],
+    origins: &[usize],
     base_dir: &Path,
     options: &EngineOptions,
     threads: usize,
@@ -419,8 +488,9 @@ fn start_python(
     let stages: Vec<(usize, PythonCall)> =
         configs.iter().enumerate().filter_map(|(i, c)| Some((i, c.python_call()?))).collect();
     let Some(&(first, _)) = stages.first() else { return Ok(None) };
+    let origin = |i: usize| origins.get(i).copied().unwrap_or(i);
     let build = |i: usize, message: String| EngineError::Build {
-        path: format!("spec.stages[{i}]"),
+        path: format!("spec.stages[{}]", origin(i)),
         error: BuildError(message),
     };
     let interpreter = Interpreter::find(options.python.as_deref()).map_err(|e| build(first, e))?;
@@ -428,7 +498,7 @@ fn start_python(
     let configs_only = stages.iter().map(|(_, m)| m.clone()).collect();
     let python = PythonStages::start(interpreter, configs_only, paths, threads).map_err(|e| match e {
         StartError::Stage { stage, message } => EngineError::Build {
-            path: format!("spec.stages[{}].function", stages.get(stage).map_or(first, |s| s.0)),
+            path: format!("spec.stages[{}].function", origin(stages.get(stage).map_or(first, |s| s.0))),
             error: BuildError(message),
         },
         other => build(first, other.to_string()),

@@ -25,6 +25,6 @@ pub mod tensor;
 
 pub use batch::{Batch, BatchTensor};
 pub use element::{Element, Value};
-pub use engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
+pub use engine::{DeferredNormalize, Engine, EngineError, EngineOptions, fused_runs};
 pub use ops::image::fused::ImagePath;
 pub use tensor::{DType, Tensor, TensorData};

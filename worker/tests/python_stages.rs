@@ -335,6 +335,7 @@ fn element_wise_op(function: &str, python: &Path) -> granary_worker::ops::python
         batched: false,
         args: serde_json::Map::new(),
         role: granary_crds::ops::PythonRole::Map,
+        writes: None,
     };
     let interpreter = Interpreter::find(Some(python)).unwrap();
     let paths = vec![fixtures().display().to_string()];

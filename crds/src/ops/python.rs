@@ -41,8 +41,8 @@ pub struct PythonMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<Vec<String>>,
     /// The fields the function adds, replaces or drops, when it declares them (see `reads`).
-    /// The worker checks the declaration: a returned field outside `writes`, or a field of
-    /// `writes` missing when it was read, fails the element.
+    /// The worker checks the declaration where it can: a field the function adds or drops that
+    /// is not in `writes` fails the element.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes: Option<Vec<String>>,
 }
@@ -106,6 +106,8 @@ pub struct PythonCall {
     pub args: serde_json::Map<String, serde_json::Value>,
     /// Map or filter.
     pub role: PythonRole,
+    /// For a map that declares them: the only fields it may add or remove.
+    pub writes: Option<Vec<String>>,
 }
 
 impl PythonMap {
@@ -124,6 +126,7 @@ impl PythonMap {
             batched: self.batched,
             args: self.args.clone(),
             role: PythonRole::Map,
+            writes: self.writes.clone(),
         }
     }
 
@@ -132,7 +135,8 @@ impl PythonMap {
         check_fields(self.reads.as_deref(), &format!("{path}.reads"), problems);
         check_fields(self.writes.as_deref(), &format!("{path}.writes"), problems);
         if self.reads.is_some() != self.writes.is_some() {
-            let (given, missing) = if self.reads.is_some() { ("reads", "writes") } else { ("writes", "reads") };
+            let (given, missing) =
+                if self.reads.is_some() { ("reads", "writes") } else { ("writes", "reads") };
             problems.push(Problem::new(
                 format!("{path}.{missing}"),
                 format!(
@@ -160,6 +164,7 @@ impl PythonFilter {
             batched: self.batched,
             args: self.args.clone(),
             role: PythonRole::Filter,
+            writes: None,
         }
     }
 

@@ -66,6 +66,7 @@ impl PythonStages {
             batched: config.batched,
             filter: config.role == PythonRole::Filter,
             rng: facts.rng,
+            writes: config.writes.clone(),
         })
     }
 }
@@ -102,6 +103,8 @@ pub struct PythonOp {
     /// A filter: the function decides which elements to keep.
     filter: bool,
     rng: bool,
+    /// A map's declared `writes`: the only fields it may add or remove.
+    writes: Option<Vec<String>>,
 }
 
 impl PythonOp {
@@ -120,6 +123,7 @@ impl PythonOp {
         match runner.call(&header, elements, self.batched) {
             Ok(Returned::Fields(rows)) if !self.filter => {
                 for (element, fields) in elements.iter_mut().zip(rows) {
+                    self.check_writes(element, &fields)?;
                     element.fields = fields;
                 }
                 Ok(None)
@@ -169,7 +173,9 @@ impl PythonOp {
         for (i, (element, returned)) in elements.iter_mut().zip(returned).enumerate() {
             fates.push(match returned {
                 Returned::Fields(mut rows) if !self.filter && rows.len() == 1 => {
-                    element.fields = rows.swap_remove(0);
+                    let fields = rows.swap_remove(0);
+                    self.check_writes(element, &fields).map_err(|e| (i, e))?;
+                    element.fields = fields;
                     Fate::Keep
                 }
                 Returned::Kept(kept) if self.filter && kept.len() == 1 => {
@@ -186,6 +192,35 @@ impl PythonOp {
             });
         }
         Ok(fates)
+    }
+
+    /// Checks a map's new `fields` for `element` against its declared `writes`: a field added
+    /// or dropped outside them would make the optimizer's moves across this stage unsound.
+    fn check_writes(
+        &self,
+        element: &Element,
+        fields: &[(String, crate::element::Value)],
+    ) -> Result<(), OpError> {
+        let Some(writes) = &self.writes else { return Ok(()) };
+        let declared = |name: &str| writes.iter().any(|w| w == name);
+        let added = fields.iter().map(|(n, _)| n).find(|n| !declared(n) && element.get(n).is_none());
+        let dropped = element
+            .fields
+            .iter()
+            .map(|(n, _)| n)
+            .find(|n| !declared(n) && !fields.iter().any(|(f, _)| f == *n));
+        let (what, name) = match (added, dropped) {
+            (Some(n), _) => ("added", n),
+            (None, Some(n)) => ("dropped", n),
+            (None, None) => return Ok(()),
+        };
+        Err(OpError::new(format!(
+            "`{}` {what} field `{name}` of element `{}`, but the stage's `writes` ({}) does not list it; \
+             add it to `writes`, or remove `reads` and `writes` to declare nothing",
+            self.function,
+            element.key,
+            writes.join(", ")
+        )))
     }
 
     /// The stage's error for a call on `count` elements that failed with `error`.
