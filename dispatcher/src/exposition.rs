@@ -1,7 +1,8 @@
 //! The dispatcher's Prometheus metrics (`granary run --metrics-addr`, and the operator's metrics
 //! port), rebuilt from the live state at each scrape. Per pipeline (`namespace`, `pipeline`):
 //! the workers ready, desired, registered and lost; lease outcomes; the cache's state, bytes and
-//! splits by outcome; elements skipped (`spec.errors.policy: skip`); per trainer job
+//! splits by outcome, the closed loop's last predicted and measured epoch time and its
+//! re-decisions; elements skipped (`spec.errors.policy: skip`); per trainer job
 //! (`trainer_job`): consumers, epoch, batches delivered and demanded, buffered batches, and
 //! histograms of the trainers' step and wait times.
 
@@ -42,6 +43,8 @@ pub struct Exposition {
     cache_bytes: IntCounterVec,
     cache_splits: IntCounterVec,
     cache_recomputed: IntCounterVec,
+    cache_epoch_seconds: GaugeVec,
+    cache_redecisions: IntCounterVec,
     splits: IntCounterVec,
     skipped: IntCounterVec,
     journal: IntCounterVec,
@@ -157,6 +160,19 @@ impl Exposition {
                 "Elements computed from the source after a cache read failed.",
                 &PIPELINE,
             )?,
+            cache_epoch_seconds: gauges(
+                "granary_cache_epoch_seconds",
+                "The autocacher's last checked epoch: the seconds its decision predicted for the \
+                 epoch's splits (predicted) and the seconds they took (measured). Off by more than \
+                 25%, the autocacher re-decides.",
+                &["namespace", "pipeline", "kind"],
+            )?,
+            cache_redecisions: counters(
+                "granary_cache_redecisions_total",
+                "Times the autocacher re-decided at an epoch boundary because the epoch's measured \
+                 time was off its prediction by more than 25%.",
+                &PIPELINE,
+            )?,
             splits: counters(
                 "granary_dispatcher_splits_total",
                 "Split leases by what became of them: leased, completed, or requeued (given back by a \
@@ -221,6 +237,7 @@ impl Exposition {
             &self.demand,
             &self.buffered,
             &self.cache_state,
+            &self.cache_epoch_seconds,
         ] {
             family.reset();
         }
@@ -232,6 +249,7 @@ impl Exposition {
             &self.cache_bytes,
             &self.cache_splits,
             &self.cache_recomputed,
+            &self.cache_redecisions,
             &self.splits,
             &self.skipped,
             &self.journal,
@@ -339,5 +357,107 @@ impl Exposition {
             set_total(self.cache_splits.with_label_values(&[namespace, name, outcome]), total);
         }
         set_total(self.cache_recomputed.with_label_values(labels), sum(|e| e.recomputed));
+        set_total(self.cache_redecisions.with_label_values(labels), u64::from(report.redecisions));
+        if let Some(check) = report.checks.last() {
+            for (kind, seconds) in
+                [("predicted", check.predicted_seconds), ("measured", check.measured_seconds)]
+            {
+                if seconds.is_finite() {
+                    self.cache_epoch_seconds.with_label_values(&[namespace, name, kind]).set(seconds);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CacheReport, EpochCache, EpochCheck};
+
+    fn epoch(epoch: u32, mode: &str) -> EpochCache {
+        EpochCache {
+            epoch,
+            mode: mode.into(),
+            bytes_read: 0,
+            bytes_written: if mode == "write" { 4096 } else { 0 },
+            splits_read: 0,
+            splits_written: if mode == "write" { 3 } else { 0 },
+            splits_computed: if mode == "write" { 0 } else { 3 },
+            splits_bad: 0,
+            splits_read_failed: 0,
+            recomputed: 0,
+            predicted_items_per_s: None,
+            measured_items_per_s: None,
+        }
+    }
+
+    fn check(epoch: u32, predicted: f64, measured: f64, verdict: &str) -> EpochCheck {
+        EpochCheck {
+            epoch,
+            action: "compute".into(),
+            elements: 30,
+            predicted_seconds: predicted,
+            measured_seconds: measured,
+            error: (measured - predicted) / predicted,
+            verdict: verdict.into(),
+            text: format!("epoch {epoch}: {verdict}"),
+        }
+    }
+
+    fn report(checks: Vec<EpochCheck>) -> CacheReport {
+        let redecisions = checks.iter().filter(|c| c.verdict == "re-decided").count() as u32;
+        CacheReport {
+            policy: "auto".into(),
+            store: Some("file:///cache".into()),
+            decision: None,
+            stage: None,
+            fingerprint: None,
+            sources: Vec::new(),
+            epochs: vec![epoch(0, "compute"), epoch(1, "write")],
+            last_check: checks.last().map(|c| c.text.clone()),
+            checks,
+            redecisions,
+        }
+    }
+
+    /// The value of the series `series` (name and labels as rendered), if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn rendered(exposition: &Exposition, report: &CacheReport) -> String {
+        exposition.cache_epoch_seconds.reset();
+        exposition.cache_redecisions.reset();
+        exposition.refresh_cache(&["ns", "p"], report);
+        granary_telemetry::render(&exposition.registry())
+    }
+
+    #[test]
+    fn the_cache_series_show_the_last_check_and_the_re_decisions() {
+        let exposition = Exposition::new().expect("the metrics register");
+        let seconds = |kind: &str| {
+            format!("granary_cache_epoch_seconds{{kind=\"{kind}\",namespace=\"ns\",pipeline=\"p\"}}")
+        };
+        let redecisions = "granary_cache_redecisions_total{namespace=\"ns\",pipeline=\"p\"}";
+
+        let text = rendered(&exposition, &report(Vec::new()));
+        assert_eq!(sample(&text, &seconds("predicted")), None, "no epoch was checked yet:\n{text}");
+        assert_eq!(sample(&text, &seconds("measured")), None, "{text}");
+        assert_eq!(sample(&text, redecisions), Some(0.0), "{text}");
+        let splits = "granary_cache_splits_total{namespace=\"ns\",outcome=\"written\",pipeline=\"p\"}";
+        assert_eq!(sample(&text, splits), Some(3.0), "{text}");
+
+        let checks = vec![check(0, 0.03, 0.09, "re-decided"), check(1, 0.05, 0.055, "within")];
+        let text = rendered(&exposition, &report(checks));
+        assert_eq!(sample(&text, &seconds("predicted")), Some(0.05), "the last check's:\n{text}");
+        assert_eq!(sample(&text, &seconds("measured")), Some(0.055), "{text}");
+        assert_eq!(sample(&text, redecisions), Some(1.0), "{text}");
+        assert!(text.contains("# TYPE granary_cache_epoch_seconds gauge"), "{text}");
+        assert!(text.contains("# TYPE granary_cache_redecisions_total counter"), "{text}");
+
+        let never = CacheReport { store: None, policy: "never".into(), ..report(Vec::new()) };
+        let text = rendered(&exposition, &never);
+        assert_eq!(sample(&text, redecisions), None, "a pipeline without a store has none:\n{text}");
     }
 }

@@ -23,6 +23,6 @@ pub use plan::Mode;
 pub use pool::{ProcessPool, WorkerPool};
 pub use service::{Dispatcher, DispatcherConfig, DispatcherError};
 pub use state::{
-    BucketTotals, CACHE_STATES, CacheReport, EpochCache, JobProgress, MetricsSnapshot, SourceEntry,
-    SplitCounts, Timing, TrainerTotals, WorkerCounts,
+    BucketTotals, CACHE_STATES, CacheReport, EpochCache, EpochCheck, JobProgress, MetricsSnapshot,
+    SourceEntry, SplitCounts, Timing, TrainerTotals, WorkerCounts,
 };

@@ -14,7 +14,7 @@ mod tallies;
 
 pub(crate) use cache::boundary_entries;
 pub use cache::{
-    CACHE_STATES, CacheConfig, CacheReport, DEFAULT_RETENTION_HOURS, EpochCache, PROFILE_WAIT_MS,
+    CACHE_STATES, CacheConfig, CacheReport, DEFAULT_RETENTION_HOURS, EpochCache, EpochCheck, PROFILE_WAIT_MS,
     STORAGE_PER_GB_MONTH, SourceEntry, StoreUse,
 };
 pub use consumers::{MAX_CONSUMERS, MAX_JOB_NAME_BYTES, MAX_JOBS_PER_PIPELINE};
