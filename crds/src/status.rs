@@ -103,6 +103,16 @@ pub struct CacheStatus {
     /// The autocacher's reason, with the figures that decided it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The closed loop's last check of a finished epoch, in words: the decision's predicted
+    /// epoch time against the measured one, and what followed (within the tolerance, held, or
+    /// re-deciding), e.g. "epoch 1: predicted 8.4 s computing, measured 2.1 s (−75%):
+    /// re-deciding → write `small` (cut 2)". Absent until an epoch finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<String>,
+    /// How many times the closed loop re-decided caching because an epoch's measured time was
+    /// off the prediction by more than the tolerance.
+    #[serde(default)]
+    pub redecisions: u32,
 }
 
 /// One source's cache entry in `status.cache.sources`.

@@ -94,6 +94,8 @@ pub fn cache_status(report: Option<&CacheReport>) -> CacheStatus {
         bytes_read,
         bytes_written,
         reason: report.decision.as_ref().map(|d| d.reason.clone()),
+        last_check: report.last_check.clone(),
+        redecisions: report.redecisions,
     }
 }
 
@@ -392,6 +394,72 @@ mod tests {
             assert_eq!(s.observed_generation, Some(3), "{what}");
             assert_eq!(s.conditions.len(), 4, "{what}: Ready, Scaling, Caching, Degraded");
         }
+    }
+
+    #[test]
+    fn the_cache_shows_the_closed_loops_last_check_and_re_decisions() {
+        use granary_dispatcher::{CacheReport, EpochCache, EpochCheck};
+        use granary_policies::caching::{Action, CacheDecision, Predicted};
+        let text =
+            "epoch 1: predicted 8.4 s computing, measured 2.1 s (−75%): re-deciding → write `small` (cut 2)";
+        let check = |epoch: u32, verdict: &str, text: &str| EpochCheck {
+            epoch,
+            action: "compute".into(),
+            elements: 840,
+            predicted_seconds: 8.4,
+            measured_seconds: 2.1,
+            error: -0.75,
+            verdict: verdict.into(),
+            text: text.into(),
+        };
+        let epoch = |epoch: u32| EpochCache {
+            epoch,
+            mode: "compute".into(),
+            bytes_read: 0,
+            bytes_written: 0,
+            splits_read: 0,
+            splits_written: 0,
+            splits_computed: 3,
+            splits_bad: 0,
+            splits_read_failed: 0,
+            recomputed: 0,
+            predicted_items_per_s: Some(100.0),
+            measured_items_per_s: Some(400.0),
+        };
+        let report = CacheReport {
+            policy: "auto".into(),
+            store: Some("file:///cache".into()),
+            decision: Some(CacheDecision {
+                action: Action::Write { boundary: 2 },
+                predicted: Predicted {
+                    compute_items_per_s: 400.0,
+                    write_items_per_s: Some(900.0),
+                    read_items_per_s: Some(2000.0),
+                },
+                reason: format!("{text}; writing is faster"),
+                candidates: Vec::new(),
+            }),
+            stage: Some("small".into()),
+            fingerprint: Some("3fa9c2".into()),
+            sources: Vec::new(),
+            epochs: vec![epoch(0), epoch(1)],
+            checks: vec![check(0, "within", "epoch 0: within"), check(1, "re-decided", text)],
+            last_check: Some(text.into()),
+            redecisions: 1,
+        };
+        let cache = cache_status(Some(&report));
+        assert_eq!(cache.last_check.as_deref(), Some(text));
+        assert_eq!(cache.redecisions, 1);
+        assert_eq!(cache.state, "writing");
+        let o = Observed { cache, ..observed(Registration::Registered, 2, 2) };
+        let shown = status(None, &o, t(9)).cache.expect("the cache's status");
+        assert_eq!((shown.last_check.as_deref(), shown.redecisions), (Some(text), 1));
+
+        let unchecked = CacheReport { checks: Vec::new(), last_check: None, redecisions: 0, ..report };
+        let cache = cache_status(Some(&unchecked));
+        assert_eq!((cache.last_check, cache.redecisions), (None, 0));
+        let unregistered = cache_status(None);
+        assert_eq!((unregistered.last_check, unregistered.redecisions), (None, 0));
     }
 
     #[test]
