@@ -37,6 +37,9 @@ enum Command {
     /// Check InputPipeline manifests (`-`: standard input); prints each problem as
     /// `FIELD_PATH: message`, or JSON lines with `--json`.
     Validate(commands::validate::ValidateArgs),
+    /// Print the plan a pipeline runs: its stages in order, the fields its source reads, each
+    /// rewrite of the optimizer with its equivalence rule and gain, and the fused runs.
+    Plan(commands::plan::PlanArgs),
     /// Print the InputPipeline CustomResourceDefinition as YAML.
     Crd,
     /// Generate a small synthetic dataset and run every example pipeline on it.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(&args),
         Command::Bench(args) => commands::bench::bench(&args),
         Command::Validate(args) => return commands::validate::validate(&args),
+        Command::Plan(args) => commands::plan::plan(&args),
         Command::Crd => commands::crd::crd().map(|yaml| {
             print!("{yaml}");
             ExitCode::SUCCESS

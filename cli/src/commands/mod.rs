@@ -3,6 +3,7 @@ pub mod cache;
 pub mod crd;
 pub mod demo;
 pub mod operator;
+pub mod plan;
 pub mod run;
 pub mod simulate;
 pub mod validate;
