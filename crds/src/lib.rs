@@ -35,6 +35,6 @@ pub use quantity::{parse_bytes, parse_duration};
 pub use scaling::{ScalingPolicy, ScalingSpec};
 pub use source::{SourceFormat, SourceSpec};
 pub use stage::StageSpec;
-pub use status::{CacheStatus, Endpoint, InputPipelineStatus, PipelinePhase, SourceCacheEntry};
+pub use status::{CacheStatus, Endpoint, InputPipelineStatus, PipelinePhase, PlanStatus, SourceCacheEntry};
 pub use validate::validate;
 pub use workers::{PythonSpec, WorkersSpec};

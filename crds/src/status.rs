@@ -39,6 +39,10 @@ pub struct InputPipelineStatus {
     /// Spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The plan the workers run, when the optimizer rewrote the stages (`granary plan` prints
+    /// it with every rule). Absent when the stages run as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanStatus>,
     /// Where trainers connect: the dispatcher's address and the pipeline's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Endpoint>,
@@ -48,6 +52,21 @@ pub struct InputPipelineStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The plan in effect: the stages in the order they run, the fields the source reads, and each
+/// rewrite of the optimizer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    /// The stages in the order they run, each `spec.stages[i] name` by its place as written.
+    pub stages: Vec<String>,
+    /// The fields the source reads, when not all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_fields: Option<Vec<String>>,
+    /// One line per rewrite: what moved, or what the source skips, and why the output is the
+    /// same.
+    pub rewrites: Vec<String>,
 }
 
 /// Where a pipeline's trainers connect, as the Rust and Python clients take it

@@ -189,6 +189,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
                 scaling: None,
                 cache: status::cache_status(ctx.dispatcher.cache_report(&key).as_ref()),
                 endpoint: None,
+                plan: None,
             };
             write_status(&p, ctx, &key, &uid, &observed).await?;
             return Ok(Action::await_change());
@@ -285,6 +286,7 @@ async fn apply(p: Arc<InputPipeline>, ctx: &Context) -> Result<Action, Error> {
             dispatcher: ctx.config.workers.dispatcher.clone(),
             pipeline: key.clone(),
         }),
+        plan: status::plan_status(&p.spec),
     };
     let written = write_status(&p, ctx, &key, &uid, &observed).await?;
     if completion && written.phase == Some(granary_crds::PipelinePhase::Completed) {

@@ -52,6 +52,8 @@ pub struct Observed {
     pub cache: CacheStatus,
     /// Where trainers connect, once the dispatcher serves the pipeline.
     pub endpoint: Option<Endpoint>,
+    /// The plan the workers run, when the optimizer rewrote the stages.
+    pub plan: Option<granary_crds::PlanStatus>,
 }
 
 /// Throughput and trainer wait fraction from the consumers' latest reports.
@@ -109,6 +111,17 @@ fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>
         observed_generation: None,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }
+}
+
+/// The plan of `spec` for the status: `None` when the stages run as written. Every worker derives
+/// the same plan from the same spec.
+pub fn plan_status(spec: &granary_crds::InputPipelineSpec) -> Option<granary_crds::PlanStatus> {
+    let plan = granary_optimizer::optimize(spec);
+    (!plan.is_as_written()).then(|| granary_crds::PlanStatus {
+        stages: plan.stage_lines(),
+        source_fields: plan.fields.clone(),
+        rewrites: plan.rewrite_lines(spec),
+    })
 }
 
 /// The status for `observed`. Conditions keep their `lastTransitionTime` from `previous` while
@@ -245,6 +258,7 @@ pub fn status(
         skipped_elements: (registered && o.skipped_elements > 0).then_some(o.skipped_elements),
         observed_generation: o.generation,
         endpoint: if registered { o.endpoint.clone() } else { None },
+        plan: o.plan.clone(),
         conditions,
     }
 }
@@ -331,6 +345,7 @@ mod tests {
                 dispatcher: "granary-dispatcher.granary.svc:7070".into(),
                 pipeline: "ns/p".into(),
             }),
+            plan: None,
         }
     }
 
@@ -576,5 +591,37 @@ mod tests {
         let again = failed_reconcile(Some(&failed), Some(4), why, t(2));
         let ready = again.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
         assert_eq!(ready.last_transition_time, at(1));
+    }
+
+    #[test]
+    fn the_plan_in_effect_is_shown_only_when_the_optimizer_rewrote_the_stages() {
+        let spec = |stages: &str| {
+            let yaml = format!(
+                "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: p}}\nspec:\n  source: \
+                 {{url: 's3://b/d/', format: jsonl}}\n  batch: {{size: 4}}\n  stages:\n{stages}"
+            );
+            match granary_crds::parse_manifest(&yaml, std::path::Path::new("/"), &[]) {
+                Ok(m) => m.pipeline.spec,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let as_written = spec("  - {op: table.cast, columns: {label: int64}}\n");
+        assert_eq!(plan_status(&as_written), None);
+        let reordered = spec(
+            "  - {op: table.cast, columns: {label: int64}}\n  - {op: filter, predicate: text.length, field: t, \
+             unit: chars, max: 3}\n  - {op: table.select, columns: [label]}\n",
+        );
+        let Some(plan) = plan_status(&reordered) else { panic!("no plan for a reordered spec") };
+        assert_eq!(
+            plan.stages,
+            ["spec.stages[1] filter", "spec.stages[2] table.select", "spec.stages[0] table.cast"]
+        );
+        assert_eq!(plan.source_fields, Some(vec!["label".to_string(), "t".to_string()]));
+        assert!(
+            plan.rewrites[0]
+                .starts_with("moved spec.stages[1] filter before spec.stages[0] table.cast (exact")
+        );
+        let o = Observed { plan: Some(plan.clone()), ..observed(Registration::Registered, 1, 1) };
+        assert_eq!(status(None, &o, Timestamp::UNIX_EPOCH).plan, Some(plan));
     }
 }

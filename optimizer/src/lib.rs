@@ -200,6 +200,32 @@ impl Plan {
         self.stages.iter().map(|s| format!("spec.stages[{}] {}", s.origin, s.stage.display_name())).collect()
     }
 
+    /// One line per rewrite: what moved before what, or which fields the source reads, with the
+    /// rule that keeps the output.
+    pub fn rewrite_lines(&self, spec: &InputPipelineSpec) -> Vec<String> {
+        let name = |i: usize| {
+            spec.stages.get(i).map_or_else(
+                || format!("spec.stages[{i}]"),
+                |s| format!("spec.stages[{i}] {}", s.display_name()),
+            )
+        };
+        self.rewrites
+            .iter()
+            .map(|r| match r {
+                Rewrite::Reorder { stage, past, rule, equivalence, .. } => {
+                    let past: Vec<String> = past.iter().map(|&i| name(i)).collect();
+                    format!("moved {} before {} ({equivalence}: {rule})", name(*stage), past.join(", "))
+                }
+                Rewrite::Projection { fields } => {
+                    format!(
+                        "the source reads only {} (exact: nothing after uses the others)",
+                        fields.join(", ")
+                    )
+                }
+            })
+            .collect()
+    }
+
     /// The plan as text: the stages in the order they run, the fields read, and each rewrite
     /// with its rule, equivalence and gain.
     pub fn explain(&self, spec: &InputPipelineSpec) -> String {

@@ -66,7 +66,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let summary =
         if args.workers == Some(0) { execute(&manifest, args) } else { crate::local::run(&manifest, args) };
     let summary = match summary {
-        Ok(summary) => summary,
+        Ok(summary) => summary.with_plan(&manifest.pipeline.spec),
         Err(e) => {
             if let Some(interrupted) = e.downcast_ref::<Interrupted>() {
                 eprintln!("granary run: {interrupted}; the workers are stopped");

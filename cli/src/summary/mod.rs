@@ -75,6 +75,21 @@ pub struct RunSummary {
     /// dispatcher counted them (once per split and epoch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_elements: Option<u64>,
+    /// The plan that ran, when the optimizer rewrote the stages (see `granary plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanSummary>,
+}
+
+/// The plan a run ran, when it differs from the stages as written.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlanSummary {
+    /// The stages in the order they ran, each `spec.stages[i] name` by its place as written.
+    pub stages: Vec<String>,
+    /// The fields the source read, when not all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_fields: Option<Vec<String>>,
+    /// How many rewrites made the plan.
+    pub rewrites: usize,
 }
 
 impl EpochSummary {
@@ -112,6 +127,7 @@ impl RunSummary {
             cache: None,
             padding_fraction: None,
             skipped_elements: None,
+            plan: None,
         }
     }
 
@@ -127,6 +143,18 @@ impl RunSummary {
             }
         }
         self.cache = Some(report);
+        self
+    }
+
+    /// Adds the plan the optimizer made of `spec` (the same every process running it derives),
+    /// when it rewrote anything.
+    pub fn with_plan(mut self, spec: &granary_crds::InputPipelineSpec) -> RunSummary {
+        let plan = granary_optimizer::optimize(spec);
+        self.plan = (!plan.is_as_written()).then(|| PlanSummary {
+            stages: plan.stage_lines(),
+            source_fields: plan.fields.clone(),
+            rewrites: plan.rewrites.len(),
+        });
         self
     }
 
@@ -185,6 +213,18 @@ pub fn print_summary(s: &RunSummary) {
             e.batches,
             e.seconds,
             e.digest.as_ref().map(|d| format!(", digest {d}")).unwrap_or_default()
+        );
+    }
+    if let Some(plan) = &s.plan {
+        println!(
+            "  plan: {} rewrite{}: {}{} (granary plan FILE explains)",
+            plan.rewrites,
+            if plan.rewrites == 1 { "" } else { "s" },
+            plan.stages.join(" → "),
+            plan.source_fields
+                .as_ref()
+                .map(|f| format!("; the source read {}", f.join(", ")))
+                .unwrap_or_default()
         );
     }
     if let Some(skipped) = s.skipped_elements {
