@@ -159,10 +159,17 @@ impl Engine {
         let mut stages = Vec::with_capacity(configs.len());
         // A cut pinned by `policy: at` needs a boundary there: nothing is fused across it.
         let pinned = entries::pinned_cut(&spec).filter(|_| entries::caches(&spec));
+        let keep_cuts = keeps_cuts(&spec);
         let mut i = 0;
         while i < configs.len() {
             let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
-            if let Some((op, used)) = ops::image::fuse(&configs[i..end], options.image_path) {
+            // A fused run's resources (a tokenizer file) belong to its first stage.
+            resources.stage.store(i, std::sync::atomic::Ordering::Relaxed);
+            let fused =
+                ops::fuse(&configs[i..end], options.image_path, keep_cuts, &ctx).map_err(|error| {
+                    EngineError::Build { path: format!("spec.stages[{}]", origins[i]), error }
+                })?;
+            if let Some((op, used)) = fused {
                 let names: Vec<&str> = spec.stages[i..i + used].iter().map(|s| s.display_name()).collect();
                 let path = stages_path(&origins[i..i + used]);
                 stages.push(Stage { name: names.join(" → "), path, op, first: i });
@@ -445,8 +452,8 @@ pub fn fused_runs(spec: &InputPipelineSpec, path: ImagePath) -> Vec<std::ops::Ra
     let mut i = 0;
     while i < configs.len() {
         let end = pinned.filter(|k| *k > i).map_or(configs.len(), |k| k.min(configs.len()));
-        match ops::image::fuse(&configs[i..end], path) {
-            Some((_, used)) => {
+        match ops::fused_len(&configs[i..end], path, keeps_cuts(spec)) {
+            Some(used) => {
                 runs.push(i..i + used);
                 i += used;
             }
@@ -454,6 +461,13 @@ pub fn fused_runs(spec: &InputPipelineSpec, path: ImagePath) -> Vec<std::ops::Ra
         }
     }
     runs
+}
+
+/// Whether the autocacher may cut `spec` after any stage of its deterministic prefix
+/// (`cache.policy: auto` with a store): then runs of deterministic stages stay apart, since a
+/// fused run offers no cut inside it.
+fn keeps_cuts(spec: &InputPipelineSpec) -> bool {
+    entries::caches(spec) && spec.cache.as_ref().is_some_and(|c| c.policy == granary_crds::CachePolicy::Auto)
 }
 
 /// What the source reads: the fields the plan gave every source (`source.fields`), or all.

@@ -125,6 +125,36 @@ pub trait Operator: Send + Sync {
     }
 }
 
+/// A fused operator and how many stages it runs.
+pub type FusedRun = (Box<dyn Operator>, usize);
+
+/// The fused operator that runs the stages at the start of `configs` in one pass, with how many
+/// it takes, or `None` when they run one by one: an image run ([`image::fuse_run`]) or
+/// tokenization with truncation and padding ([`text::tokenize_pad`]). `keep_cuts` says that a
+/// cache may cut the pipeline after any stage of its deterministic prefix, so fusions of
+/// deterministic stages do not apply.
+pub fn fuse(
+    configs: &[OpConfig],
+    path: image::fused::ImagePath,
+    keep_cuts: bool,
+    ctx: &BuildContext,
+) -> Result<Option<FusedRun>, BuildError> {
+    if let Some(run) = image::fuse_run(configs, path, keep_cuts) {
+        return Ok(Some(run));
+    }
+    match text::tokenize_pad::TokenizePadOp::fuse(configs, ctx, keep_cuts) {
+        Some(built) => built.map(|(op, used)| Some((Box::new(op) as Box<dyn Operator>, used))),
+        None => Ok(None),
+    }
+}
+
+/// How many stages at the start of `configs` [`fuse`] would take, without building anything.
+pub fn fused_len(configs: &[OpConfig], path: image::fused::ImagePath, keep_cuts: bool) -> Option<usize> {
+    image::fuse_run(configs, path, keep_cuts)
+        .map(|(_, used)| used)
+        .or_else(|| text::tokenize_pad::fusable(configs, keep_cuts))
+}
+
 /// Builds the implementation of one stage.
 pub fn build(config: &OpConfig, ctx: &BuildContext) -> Result<Box<dyn Operator>, BuildError> {
     Ok(match config {

@@ -3,5 +3,6 @@
 
 pub mod pack;
 pub mod tokenize;
+pub mod tokenize_pad;
 pub mod truncate;
 pub mod truncate_pad;

@@ -57,6 +57,64 @@ impl TokenizeOp {
         })
     }
 
+    /// The first `max` ids of `text` and their attention mask: the encoding cut to `max`
+    /// tokens. On the fast path, words past the cut are not encoded when they cannot change it.
+    pub(crate) fn encode_at_most(&self, text: &str, max: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
+        if let Some(fast) = &self.fast {
+            let mut ids = Vec::new();
+            if let Some(done) = fast.encode_at_most(&self.tokenizer, text, max, &mut ids) {
+                done?;
+                let mask = vec![1; ids.len()];
+                return Ok((ids, mask));
+            }
+        }
+        let (mut ids, mut mask) = self.encode(text)?;
+        ids.truncate(max);
+        mask.truncate(max);
+        Ok((ids, mask))
+    }
+
+    /// The text `element` holds in the stage's field, or the error that names what it holds
+    /// instead.
+    pub(crate) fn text_of<'e>(&self, element: &'e Element) -> Result<&'e str, OpError> {
+        let field = &self.field;
+        match element.get(field) {
+            Some(Value::Text(s)) => Ok(s.as_str()),
+            Some(Value::Bytes(b)) => std::str::from_utf8(b).map_err(|e| {
+                OpError::new(format!(
+                    "text.tokenize: field `{field}` of element `{}` holds bytes that are not \
+                     UTF-8 ({e}); tokenize only UTF-8 text files or fields",
+                    element.key
+                ))
+            }),
+            Some(other) => Err(OpError::new(format!(
+                "text.tokenize: field `{field}` of element `{}` is a {}, not text; point \
+                 `field` at a text field",
+                element.key,
+                other.kind()
+            ))),
+            None => Err(OpError::new(format!(
+                "text.tokenize: element `{}` has no field `{field}` (its fields: {}); set \
+                 `field` to the field holding the text",
+                element.key,
+                field_names(element)
+            ))),
+        }
+    }
+
+    /// The error for a text of `element` the tokenizer could not encode.
+    pub(crate) fn encode_error(&self, element: &Element, e: &str) -> OpError {
+        OpError::new(format!(
+            "text.tokenize: cannot encode field `{}` of element `{}`: {e}",
+            self.field, element.key
+        ))
+    }
+
+    /// The field the stage reads (and removes).
+    pub(crate) fn field(&self) -> &str {
+        &self.field
+    }
+
     /// Encodes `text` into (ids, attention mask).
     fn encode(&self, text: &str) -> Result<(Vec<i64>, Vec<i64>), String> {
         if let Some(fast) = &self.fast {
@@ -90,40 +148,9 @@ pub(crate) fn field_names(element: &Element) -> String {
 
 impl Operator for TokenizeOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
-        let field = &self.field;
-        let text = match element.get(field) {
-            Some(Value::Text(s)) => s.as_str(),
-            Some(Value::Bytes(b)) => std::str::from_utf8(b).map_err(|e| {
-                OpError::new(format!(
-                    "text.tokenize: field `{field}` of element `{}` holds bytes that are not \
-                     UTF-8 ({e}); tokenize only UTF-8 text files or fields",
-                    element.key
-                ))
-            })?,
-            Some(other) => {
-                return Err(OpError::new(format!(
-                    "text.tokenize: field `{field}` of element `{}` is a {}, not text; point \
-                     `field` at a text field",
-                    element.key,
-                    other.kind()
-                )));
-            }
-            None => {
-                return Err(OpError::new(format!(
-                    "text.tokenize: element `{}` has no field `{field}` (its fields: {}); set \
-                     `field` to the field holding the text",
-                    element.key,
-                    field_names(element)
-                )));
-            }
-        };
-        let (ids, mask) = self.encode(text).map_err(|e| {
-            OpError::new(format!(
-                "text.tokenize: cannot encode field `{field}` of element `{}`: {e}",
-                element.key
-            ))
-        })?;
-        element.take(field);
+        let text = self.text_of(element)?;
+        let (ids, mask) = self.encode(text).map_err(|e| self.encode_error(element, &e))?;
+        element.take(&self.field);
         element.set(INPUT_IDS, Value::Tensor(vector(ids)));
         element.set(ATTENTION_MASK, Value::Tensor(vector(mask)));
         Ok(())

@@ -23,7 +23,7 @@
 use super::split::{byte_chars, split_bert, split_gpt2};
 use super::word_cache::WordCache;
 use serde_json::Value;
-use tokenizers::{Model, Tokenizer};
+use tokenizers::{Model, ModelWrapper, Tokenizer};
 
 /// How words are split out of the normalized text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,10 @@ pub(super) struct FastPath {
     /// The byte-level alphabet (`ByteLevel` only).
     byte_chars: [char; 256],
     cache: WordCache,
+    /// The model cannot fail on a word (its unknown token is in its vocabulary, or a BPE has
+    /// none): the words past a truncation need not be encoded, since none of them could have
+    /// failed the text.
+    infallible: bool,
 }
 
 impl FastPath {
@@ -88,6 +92,7 @@ impl FastPath {
             added_first,
             byte_chars: byte_chars(),
             cache: WordCache::default(),
+            infallible: infallible(tokenizer),
         };
         fast.find_special_tokens(tokenizer, add_special_tokens)?;
         Some(fast)
@@ -108,7 +113,7 @@ impl FastPath {
             "CAPITALS and MiXeD CaSe",
         ];
         let mut core = Vec::new();
-        self.encode_words(tokenizer, PROBES[0], &mut core)?.ok()?;
+        self.encode_words(tokenizer, PROBES[0], &mut core, usize::MAX)?.ok()?;
         let full = tokenizer.encode(PROBES[0], add_special_tokens).ok()?;
         let full = full.get_ids();
         let at = (0..=full.len().checked_sub(core.len())?).find(|&i| full[i..i + core.len()] == core[..])?;
@@ -139,22 +144,39 @@ impl FastPath {
         text: &str,
         ids: &mut Vec<i64>,
     ) -> Option<Result<(), String>> {
-        let mut core = Vec::with_capacity(text.len() / 3 + 8);
-        match self.encode_words(tokenizer, text, &mut core)? {
+        self.encode_at_most(tokenizer, text, usize::MAX, ids)
+    }
+
+    /// As [`FastPath::encode`], but appends only the first `max` ids (the post-processor's
+    /// included): what cutting the full encoding to `max` gives. When the model cannot fail on
+    /// a word, it stops encoding words once it has the ids it keeps.
+    pub(super) fn encode_at_most(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        max: usize,
+        ids: &mut Vec<i64>,
+    ) -> Option<Result<(), String>> {
+        let limit = if self.infallible { max.saturating_sub(self.prefix.len()) } else { usize::MAX };
+        let mut core = Vec::with_capacity((text.len() / 3 + 8).min(limit.saturating_add(8)));
+        match self.encode_words(tokenizer, text, &mut core, limit)? {
             Ok(()) => {}
             Err(e) => return Some(Err(e)),
         }
-        ids.reserve(self.prefix.len() + core.len() + self.suffix.len());
-        ids.extend(self.prefix.iter().chain(&core).chain(&self.suffix).map(|&v| i64::from(v)));
+        let all = self.prefix.iter().chain(&core).chain(&self.suffix).take(max);
+        ids.reserve(all.size_hint().0);
+        ids.extend(all.map(|&v| i64::from(v)));
         Some(Ok(()))
     }
 
-    /// The model's ids for the words of `text`, without the post-processor's.
+    /// The model's ids for the words of `text`, without the post-processor's; once `ids` holds
+    /// `limit` of them, the remaining words are skipped.
     fn encode_words(
         &self,
         tokenizer: &Tokenizer,
         text: &str,
         ids: &mut Vec<u32>,
+        limit: usize,
     ) -> Option<Result<(), String>> {
         let bytes = text.as_bytes();
         if bytes.is_empty()
@@ -177,7 +199,7 @@ impl FastPath {
         }));
         let mut result = Ok(());
         let mut word = |w: &[u8]| {
-            if result.is_ok() {
+            if result.is_ok() && ids.len() < limit {
                 result = self.word_ids(tokenizer, w, ids);
             }
         };
@@ -219,6 +241,20 @@ impl FastPath {
         ids.extend(tokens.iter().map(|t| t.id));
         self.cache.insert(word, &ids[start..]);
         Ok(())
+    }
+}
+
+/// Whether `tokenizer`'s model encodes every word without an error: a WordPiece or WordLevel
+/// model fails only on a word it does not know when its unknown token is missing from its
+/// vocabulary, and a BPE only when it names an unknown token that is missing.
+fn infallible(tokenizer: &Tokenizer) -> bool {
+    let model = tokenizer.get_model();
+    let known = |token: &str| model.token_to_id(token).is_some();
+    match model {
+        ModelWrapper::WordPiece(m) => known(&m.unk_token),
+        ModelWrapper::WordLevel(m) => known(&m.unk_token),
+        ModelWrapper::BPE(m) => m.unk_token.as_deref().is_none_or(known),
+        ModelWrapper::Unigram(_) => false,
     }
 }
 
