@@ -40,14 +40,25 @@ pub struct DemoArgs {
     /// decode dominates, the case where caching a resized copy pays.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub image_scale: u32,
+    /// Number of JSONL text records to generate (spread over 4 files): more for a benchmark.
+    #[arg(long, default_value_t = DataOptions::default().text_lines)]
+    pub text_lines: usize,
+    /// Number of Parquet rows to generate: more for a benchmark.
+    #[arg(long, default_value_t = DataOptions::default().table_rows)]
+    pub table_rows: usize,
 }
 
 /// Runs `granary demo`.
 pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
     let dir = args.dir.canonicalize().with_context(|| format!("cannot resolve {}", args.dir.display()))?;
-    let options =
-        DataOptions { images: args.images, image_scale: args.image_scale, ..DataOptions::default() };
+    let options = DataOptions {
+        images: args.images,
+        image_scale: args.image_scale,
+        text_lines: args.text_lines,
+        table_rows: args.table_rows,
+        ..DataOptions::default()
+    };
     let summary = data::generate(&dir, &options)?;
     if !args.json {
         println!("generated in {}:\n{summary}", dir.display());
@@ -83,6 +94,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         // Through the local service: dispatcher here, one worker process, the built-in client.
         let summary =
             crate::local::run(&manifest, &run_args).with_context(|| format!("running examples/{name}"))?;
+        let summary = summary.with_plan(&manifest.pipeline.spec);
         if args.json {
             println!("{}", serde_json::to_string(&summary)?);
         } else {

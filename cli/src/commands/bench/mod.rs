@@ -6,6 +6,7 @@
 
 mod cpu;
 mod handshake;
+mod optimizer;
 mod served;
 
 use crate::args::engine_options;
@@ -44,6 +45,10 @@ pub struct BenchArgs {
     /// Measure the fast path only, without the baseline and decode-only runs.
     #[arg(long)]
     pub fast_only: bool,
+    /// Measure the pipeline with the optimizer off (`spec.optimize: false`) as well, in
+    /// alternating rounds with it on, and report the ratio of the medians (in process only).
+    #[arg(long, conflicts_with = "workers")]
+    pub compare_optimizer: bool,
     /// Serve the pipeline from this many local worker processes and read it over loopback gRPC,
     /// and compare with the in-process engine (0: the in-process engine and its baselines only).
     #[arg(long, default_value_t = 0)]
@@ -125,6 +130,13 @@ struct Report {
     decode_only_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_decode_only: Option<f64>,
+    /// How many rewrites the optimizer made (`granary plan` lists them).
+    rewrites: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unoptimized_items_per_s: Option<f64>,
+    /// The optimizer on over off, medians of alternating rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_unoptimized: Option<f64>,
 }
 
 /// The `--tls` fields of the JSON line: the headline served figures are the plaintext rounds'.
@@ -189,8 +201,15 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             eprintln!("  {path}: {name}");
         }
     }
-    let fast = measure(&fast_engine, &manifest, args).context("fast path")?;
-    drop(fast_engine);
+    let (fast, unoptimized) = if args.compare_optimizer {
+        drop(fast_engine);
+        let (on, off) = optimizer::compare(&manifest, &options, |engine| measure(engine, &manifest, args))?;
+        (on, Some(off))
+    } else {
+        let fast = measure(&fast_engine, &manifest, args).context("fast path")?;
+        drop(fast_engine);
+        (fast, None)
+    };
     let comparison = match args.workers {
         n if n > 0 && args.tls => Some(served::compare_tls(&manifest, args, n).context("served")?),
         _ => None,
@@ -241,6 +260,9 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         vs_baseline: baseline.map(|b| round3(fast.items_per_s / b.items_per_s)),
         decode_only_items_per_s: limit.map(|l| round2(l.items_per_s)),
         vs_decode_only: limit.map(|l| round3(fast.items_per_s / l.items_per_s)),
+        rewrites: granary_optimizer::optimize(&manifest.pipeline.spec).rewrites.len(),
+        unoptimized_items_per_s: unoptimized.map(|u| round2(u.items_per_s)),
+        vs_unoptimized: unoptimized.map(|u| round3(fast.items_per_s / u.items_per_s)),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -263,6 +285,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(c) = &comparison {
             print_tls(c);
+        }
+        if let Some(u) = unoptimized {
+            println!(
+                "optimizer off {:>9.1} items/s   optimizer on = {:.2}× off (medians of {} alternating rounds each)",
+                u.items_per_s,
+                fast.items_per_s / u.items_per_s,
+                optimizer::ROUNDS
+            );
         }
         if let Some(b) = baseline {
             println!(
