@@ -130,6 +130,28 @@ fn a_random_function_repeats_across_runs_and_thread_counts() {
 }
 
 #[test]
+fn declared_writes_are_checked_against_the_fields_the_element_had() {
+    let Some(python) = python() else { return };
+    dataset("py-writes", 20);
+    // The functions see every field (`image` and `label`) and return them all: only `image` is
+    // written, as declared, element-wise (one call, or gathered) and batched.
+    for batch in [1, 4] {
+        let plain = run(&manifest("py-writes", "", batch), 2, &python);
+        for stage in [
+            "    - {op: python.map, function: 'stages:identity', reads: [image], writes: [image]}",
+            "    - {op: python.map, function: 'stages:identity_batched', batched: true, reads: [image], writes: [image]}",
+        ] {
+            let with = run(&manifest("py-writes", stage, batch), 2, &python);
+            assert_eq!(with, plain, "{stage}, batch {batch}");
+        }
+    }
+    // A function that adds a field it did not declare fails, naming it.
+    let stage = "    - {op: python.map, function: 'stages:add_fields', reads: [image, label], writes: [image, label]}";
+    let e = error_of(&manifest("py-writes", stage, 4), &python);
+    assert!(e.contains("added field `key_text`") && e.contains("writes"), "{e}");
+}
+
+#[test]
 fn returned_fields_are_added_replaced_and_dropped() {
     let Some(python) = python() else { return };
     dataset("py-fields", 12);

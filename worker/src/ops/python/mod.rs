@@ -120,10 +120,13 @@ impl PythonOp {
         let Some(runner) = lent.runner() else {
             return Err(OpError::new("no Python runner is available"));
         };
+        // The call may take the elements' fields (to hand unchanged inputs back without a
+        // copy): what the declared writes are checked against is what they held before it.
+        let before = self.field_names(elements);
         match runner.call(&header, elements, self.batched) {
             Ok(Returned::Fields(rows)) if !self.filter => {
-                for (element, fields) in elements.iter_mut().zip(rows) {
-                    self.check_writes(element, &fields)?;
+                for (i, (element, fields)) in elements.iter_mut().zip(rows).enumerate() {
+                    self.check_writes(element, before.as_ref().and_then(|b| b.get(i)), &fields)?;
                     element.fields = fields;
                 }
                 Ok(None)
@@ -158,6 +161,7 @@ impl PythonOp {
         let Some(runner) = lent.runner() else {
             return Err((0, OpError::new("no Python runner is available")));
         };
+        let before = self.field_names(elements);
         let returned = match runner.call_each(self.stage, seeds.as_deref(), elements) {
             Ok(returned) => returned,
             Err((at, error)) => {
@@ -174,7 +178,8 @@ impl PythonOp {
             fates.push(match returned {
                 Returned::Fields(mut rows) if !self.filter && rows.len() == 1 => {
                     let fields = rows.swap_remove(0);
-                    self.check_writes(element, &fields).map_err(|e| (i, e))?;
+                    self.check_writes(element, before.as_ref().and_then(|b| b.get(i)), &fields)
+                        .map_err(|e| (i, e))?;
                     element.fields = fields;
                     Fate::Keep
                 }
@@ -194,21 +199,26 @@ impl PythonOp {
         Ok(fates)
     }
 
-    /// Checks a map's new `fields` for `element` against its declared `writes`: a field added
-    /// or dropped outside them would make the optimizer's moves across this stage unsound.
+    /// The names of each element's fields, when the stage declares its writes (what
+    /// [`PythonOp::check_writes`] compares the function's output with).
+    fn field_names(&self, elements: &[Element]) -> Option<Vec<Vec<String>>> {
+        self.writes.as_ref()?;
+        Some(elements.iter().map(|e| e.fields.iter().map(|(n, _)| n.clone()).collect()).collect())
+    }
+
+    /// Checks a map's new `fields` for `element`, which had the fields `before` the call,
+    /// against its declared `writes`: a field added or dropped outside them would make the
+    /// optimizer's moves across this stage unsound.
     fn check_writes(
         &self,
         element: &Element,
+        before: Option<&Vec<String>>,
         fields: &[(String, crate::element::Value)],
     ) -> Result<(), OpError> {
-        let Some(writes) = &self.writes else { return Ok(()) };
+        let (Some(writes), Some(before)) = (&self.writes, before) else { return Ok(()) };
         let declared = |name: &str| writes.iter().any(|w| w == name);
-        let added = fields.iter().map(|(n, _)| n).find(|n| !declared(n) && element.get(n).is_none());
-        let dropped = element
-            .fields
-            .iter()
-            .map(|(n, _)| n)
-            .find(|n| !declared(n) && !fields.iter().any(|(f, _)| f == *n));
+        let added = fields.iter().map(|(n, _)| n).find(|n| !declared(n) && !before.contains(n));
+        let dropped = before.iter().find(|n| !declared(n) && !fields.iter().any(|(f, _)| f == *n));
         let (what, name) = match (added, dropped) {
             (Some(n), _) => ("added", n),
             (None, Some(n)) => ("dropped", n),
