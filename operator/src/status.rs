@@ -614,7 +614,7 @@ mod tests {
         let Some(plan) = plan_status(&reordered) else { panic!("no plan for a reordered spec") };
         assert_eq!(
             plan.stages,
-            ["spec.stages[1] filter", "spec.stages[2] table.select", "spec.stages[0] table.cast"]
+            ["spec.stages[1] filter", "spec.stages[0] table.cast", "spec.stages[2] table.select"]
         );
         assert_eq!(plan.source_fields, Some(vec!["label".to_string(), "t".to_string()]));
         assert!(

@@ -97,6 +97,10 @@ pub struct Effects {
     pub role: Role,
     /// Whether it is a filter on the minimum image size of this field.
     pub min_size_of: Option<String>,
+    /// Whether it hands the element's fields to another process (a Python stage): fields a
+    /// select drops before it are then not copied across. Elsewhere the executor moves fields
+    /// without copying them, so carrying one costs nothing.
+    pub crosses: bool,
 }
 
 impl Effects {
@@ -109,6 +113,7 @@ impl Effects {
             movable: false,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         }
     }
 }
@@ -121,6 +126,7 @@ fn on(field: &str, random: bool, role: Role) -> Effects {
         movable: true,
         role,
         min_size_of: None,
+        crosses: false,
     }
 }
 
@@ -150,6 +156,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TextTruncatePad(_) => Effects {
             reads: Fields::of(["input_ids", "attention_mask"]),
@@ -158,6 +165,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TextTruncate(c) => Effects {
             reads: Fields::of(&c.fields),
@@ -166,6 +174,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TextPack(c) => Effects {
             reads: Fields::of([c.field.as_str()]),
@@ -175,6 +184,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: false,
             role: Role::Pack(c.field.clone()),
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TableSelect(c) => Effects {
             reads: Fields::of(&c.columns),
@@ -183,6 +193,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Select(c.columns.iter().cloned().collect()),
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TableCast(c) => Effects {
             reads: Fields::of(c.columns.keys()),
@@ -191,6 +202,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::TestSleep(_) => Effects {
             reads: Fields::none(),
@@ -199,6 +211,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: true,
             role: Role::Other,
             min_size_of: None,
+            crosses: false,
         },
         OpConfig::PythonMap(c) => {
             let declared = c.reads.is_some() && c.writes.is_some();
@@ -211,6 +224,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
                 movable: declared && (c.deterministic || !c.batched),
                 role: Role::Other,
                 min_size_of: None,
+                crosses: true,
             }
         }
         OpConfig::PythonFilter(c) => Effects {
@@ -220,6 +234,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
             movable: c.reads.is_some() && (c.deterministic || !c.batched),
             role: Role::Filter,
             min_size_of: None,
+            crosses: true,
         },
         OpConfig::Filter(c) => {
             let min_size = matches!(c.test(), Some(granary_crds::ops::filter::Test::MinSize { .. }));
@@ -230,6 +245,7 @@ pub fn of(config: Option<&OpConfig>) -> Effects {
                 movable: true,
                 role: Role::Filter,
                 min_size_of: min_size.then(|| c.field().to_string()),
+                crosses: false,
             }
         }
     }

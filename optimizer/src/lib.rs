@@ -3,8 +3,9 @@
 //! [`optimize`] rewrites `spec.stages` into an equivalent plan and says why each rewrite keeps
 //! the output, like a database's EXPLAIN:
 //!
-//! - **Reordering** ([`reorder`]): filters and `table.select` move earlier across stages they
-//!   commute with (a filter passes a map that writes none of the fields it tests), and
+//! - **Reordering** ([`reorder`]): filters move earlier across stages they commute with (a
+//!   filter passes a map that writes none of the fields it tests), a `table.select` moves before
+//!   a Python stage that touches only the fields it keeps (fewer bytes cross to its process), and
 //!   size-reducing or mirroring image stages move before an `image.normalize` they commute with
 //!   (a flip before a HWC normalization; a crop or resize before a `uint8` HWC normalization,
 //!   which leaves the pixels as they are). Two random stages never swap, since each draws from

@@ -76,7 +76,12 @@ pub fn gain(a: &Effects, b: &Effects) -> Option<&'static str> {
         (Role::Filter, Role::Filter) => None,
         (_, Role::Filter) => Some("the elements the filter drops no longer go through the stage it passed"),
         (Role::Filter | Role::Select(_), Role::Select(_)) => None,
-        (_, Role::Select(_)) => Some("the stage it passed carries only the selected fields"),
+        // Elsewhere a dropped field costs nothing to carry, and the source already skips what
+        // no stage uses (projection pushdown): moving the select would gain nothing, and could
+        // split a run the worker fuses (`text.tokenize → text.truncate_pad`).
+        (_, Role::Select(_)) if a.crosses => Some(
+            "the Python stage it passed receives only the selected fields: fewer bytes cross to its process",
+        ),
         (Role::Normalize { field, .. }, Role::Flip(f)) if f == field => Some(
             "the flip mirrors the image before it becomes the output tensor (a quarter of the bytes \
              for float32), in the same pass as the normalization",

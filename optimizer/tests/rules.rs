@@ -113,14 +113,37 @@ fn a_select_after_a_tokenizer_bounds_what_the_source_reads() {
 }
 
 #[test]
-fn a_select_moves_before_stages_that_only_change_selected_fields() {
+fn a_select_moves_only_before_a_python_stage_it_keeps_the_fields_of() {
+    // Past a Rust stage a select gains nothing (dropped fields cost nothing to carry, and the
+    // source already skips them): it stays, and the source reads only what both use.
     let s = spec(
         "parquet",
         "  - {op: table.cast, columns: {label: int64}}\n  - {op: table.select, columns: [label, x]}\n",
     );
     let plan = optimize(&s);
-    assert_eq!(plan.origins(), [1, 0]);
+    assert_eq!(plan.origins(), [0, 1]);
     assert_eq!(plan.fields.as_deref(), Some(&["label".to_string(), "x".to_string()][..]));
+    // Nor does it split the tokenizer from the truncation the worker fuses with it.
+    let s = spec(
+        "jsonl",
+        "  - {op: text.tokenize, tokenizer: t.json}\n  - {op: text.truncate_pad, length: 8}\n  - {op: table.select, columns: [input_ids, attention_mask]}\n",
+    );
+    assert_eq!(order(&s), [0, 1, 2]);
+    // A Python stage receives every field in its process: the select goes first when the
+    // function declares that it touches only kept fields.
+    let s = spec(
+        "jsonl",
+        "  - {op: python.map, function: 'aug:f', deterministic: true, reads: [label], writes: [label]}\n  - {op: table.select, columns: [label, x]}\n",
+    );
+    let plan = optimize(&s);
+    assert_eq!(plan.origins(), [1, 0]);
+    let [Rewrite::Reorder { gain, .. }, ..] = plan.rewrites.as_slice() else { panic!("{:?}", plan.rewrites) };
+    assert!(gain.contains("Python stage"), "{gain}");
+    let undeclared = spec(
+        "jsonl",
+        "  - {op: python.map, function: 'aug:f'}\n  - {op: table.select, columns: [label, x]}\n",
+    );
+    assert_eq!(order(&undeclared), [0, 1]);
 }
 
 #[test]

@@ -152,6 +152,47 @@ fn declared_writes_are_checked_against_the_fields_the_element_had() {
 }
 
 #[test]
+fn a_select_moved_before_a_declared_python_stage_gives_the_same_elements() {
+    let Some(python) = python() else { return };
+    // JSON Lines rows with a label and a large field the select drops.
+    let store = granary_worker::store::memory_store("py-select");
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    for f in 0..2 {
+        let rows: String = (f..30)
+            .step_by(2)
+            .map(|r| format!("{{\"label\": {r}, \"meta\": \"{}\"}}\n", "x".repeat(100 + r)))
+            .collect();
+        let path = object_store::path::Path::from(format!("data/part-{f}.jsonl"));
+        rt.block_on(object_store::ObjectStoreExt::put(&store, &path, bytes::Bytes::from(rows).into()))
+            .unwrap();
+    }
+    for batch in [1, 4] {
+        let text = format!(
+            "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: t}}\nspec:\n  source: \
+             {{url: 'memory://py-select/data/', format: jsonl}}\n  batch: {{size: {batch}}}\n  shuffle: {{buffer: 5}}\n  \
+             stages:\n  - {{op: python.map, function: 'stages:label_times_two', deterministic: true, reads: [label], \
+             writes: [label]}}\n  - {{op: table.select, columns: [label]}}\n"
+        );
+        let on = granary_crds::parse_manifest(&text, &fixtures(), &[]).unwrap_or_else(|p| panic!("{p}"));
+        let mut off = on.clone();
+        off.pipeline.spec.optimize = false;
+        let engine = open(&on, 2, &python);
+        // The select runs first: `meta` never crosses to the Python process.
+        assert_eq!(engine.optimized().origins(), [1, 0], "batch {batch}");
+        let optimized = engine.run_epoch(0).collect::<Result<Vec<_>, _>>().unwrap_or_else(|e| panic!("{e}"));
+        let written = run(&off, 2, &python);
+        assert_eq!(optimized, written, "batch {batch}");
+        let mut labels: Vec<i64> = written
+            .iter()
+            .flat_map(|b| bytemuck::cast_slice::<u8, i64>(&b.tensor("label").unwrap().data).to_vec())
+            .collect();
+        labels.sort();
+        assert_eq!(labels, (0..30).map(|r| 2 * r).collect::<Vec<i64>>());
+        assert!(written.iter().all(|b| b.tensor("meta").is_none()));
+    }
+}
+
+#[test]
 fn returned_fields_are_added_replaced_and_dropped() {
     let Some(python) = python() else { return };
     dataset("py-fields", 12);
