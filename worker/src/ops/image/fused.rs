@@ -72,6 +72,29 @@ pub struct FusedCropOp {
     decode_only: bool,
 }
 
+/// The `[image.flip] → [image.normalize]` on `field` at the start of `rest`, which a fused
+/// image operator takes over: the flip's probability, the output's form, and how many stages.
+pub(super) fn flip_and_form(rest: &[OpConfig], field: &str) -> (Option<f64>, Form, usize) {
+    let mut flip = None;
+    let mut form = Form::raw();
+    let mut used = 0;
+    let mut rest = rest.iter().peekable();
+    if let Some(OpConfig::ImageFlip(f)) = rest.peek()
+        && f.field == field
+    {
+        flip = Some(f.p);
+        used += 1;
+        rest.next();
+    }
+    if let Some(OpConfig::ImageNormalize(normalize)) = rest.peek()
+        && normalize.field == field
+    {
+        form = Form::new(normalize);
+        used += 1;
+    }
+    (flip, form, used)
+}
+
 impl FusedCropOp {
     /// Recognizes the fusable run at the start of `configs` and returns the operator with the
     /// number of stages it replaces; `None` when the stages do not start with
@@ -106,23 +129,9 @@ impl FusedCropOp {
             form: Form::raw(),
             decode_only: path == ImagePath::DecodeOnly,
         };
-        used += 1;
-        let mut rest = rest.iter();
-        let mut next = rest.next();
-        if let Some(OpConfig::ImageFlip(flip)) = next
-            && flip.field == op.field
-        {
-            op.flip = Some(flip.p);
-            used += 1;
-            next = rest.next();
-        }
-        if let Some(OpConfig::ImageNormalize(normalize)) = next
-            && normalize.field == op.field
-        {
-            op.form = Form::new(normalize);
-            used += 1;
-        }
-        Some((op, used))
+        let (flip, form, tail) = flip_and_form(rest, &op.field);
+        (op.flip, op.form) = (flip, form);
+        Some((op, used + 1 + tail))
     }
 
     /// The output tensor for the decoded `window` of the image (`window_h × window_w` RGB in

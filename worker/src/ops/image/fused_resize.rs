@@ -19,7 +19,7 @@
 //! WebPs and JPEGs libjpeg-turbo cannot window take the generic decoder, then the same geometry.
 
 use super::decode::{JPEG_MAGIC, decode_rgb8, encoded_bytes};
-use super::fused::{ImagePath, choose_scale};
+use super::fused::{ImagePath, choose_scale, flip_and_form};
 use super::jpeg::{JpegInfo, Window, with_decoder};
 use super::normalize::Form;
 use super::resize::resized_size;
@@ -86,19 +86,9 @@ impl FusedResizeOp {
         if op.resize.is_none() && op.crop.is_none() {
             return None;
         }
-        if let Some(OpConfig::ImageFlip(flip)) = rest.peek()
-            && flip.field == op.field
-        {
-            op.flip = Some(flip.p);
-            used += 1;
-            rest.next();
-        }
-        if let Some(OpConfig::ImageNormalize(normalize)) = rest.peek()
-            && normalize.field == op.field
-        {
-            op.form = Form::new(normalize);
-            used += 1;
-        }
+        let (flip, form, tail) = flip_and_form(configs.get(used..).unwrap_or_default(), &op.field);
+        (op.flip, op.form) = (flip, form);
+        used += tail;
         Some((op, used))
     }
 }
