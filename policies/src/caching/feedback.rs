@@ -17,7 +17,7 @@
 //! computing epoch says nothing about the store's throughput.
 
 use super::model::Model;
-use super::{Action, CacheInputs, Predicted};
+use super::{Action, CacheDecision, CacheInputs, Predicted};
 use serde::{Deserialize, Serialize};
 
 /// Measured seconds may differ from predicted ones by this share of the prediction before the
@@ -164,10 +164,70 @@ pub fn off(error: f64) -> bool {
     error.abs() > TOLERANCE
 }
 
+/// The least share of the current action's predicted time another action must save for a
+/// re-decision to switch to it. Epochs are timed whole, and a short one is mostly fixed costs
+/// (lease round trips, the epoch's first and last splits): a smaller predicted gain is within
+/// that noise, and following it made the decision flap between reading and computing.
+pub const SWITCH_MARGIN: f64 = 0.10;
+
+/// How much `decision`'s action gains over `current`, when a re-decision would switch to it by
+/// less than [`SWITCH_MARGIN`] of `current`'s predicted time: then `current` stays. `None` when
+/// the decision keeps `current`, when `current` is out (excluded or not estimated), or when the
+/// gain is larger.
+pub fn marginal_switch(decision: &CacheDecision, current: Action) -> Option<f64> {
+    if decision.action == current {
+        return None;
+    }
+    let seconds = |action: Action| {
+        decision
+            .candidates
+            .iter()
+            .find(|c| c.action == action && c.excluded.is_none() && c.seconds > 0.0)
+            .map(|c| c.seconds)
+    };
+    let (best, kept) = (seconds(decision.action)?, seconds(current)?);
+    let gain = 1.0 - best / kept;
+    (gain < SWITCH_MARGIN).then_some(gain)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::{Boundary, CacheCosts, StoreRates, decide};
+    use super::super::{Boundary, CacheCosts, Candidate, StoreRates, decide};
     use super::*;
+
+    #[test]
+    fn a_switch_within_the_tolerance_keeps_the_current_action() {
+        let candidate = |action, seconds, excluded: Option<&str>| Candidate {
+            action,
+            seconds,
+            bytes: 0.0,
+            dollars: 0.0,
+            excluded: excluded.map(str::to_string),
+        };
+        let read = Action::Read { boundary: 4 };
+        let decision = |candidates: Vec<Candidate>| CacheDecision {
+            action: Action::Compute,
+            predicted: Predicted {
+                compute_items_per_s: 1.0,
+                write_items_per_s: None,
+                read_items_per_s: None,
+            },
+            reason: String::new(),
+            candidates,
+        };
+        // Computing predicted 3% faster than the reading just measured: keep reading.
+        let close = decision(vec![candidate(Action::Compute, 0.77, None), candidate(read, 0.79, None)]);
+        let gain = marginal_switch(&close, read).expect("a marginal switch");
+        assert!((gain - (1.0 - 0.77 / 0.79)).abs() < 1e-12);
+        // 15% faster: switch.
+        let far = decision(vec![candidate(Action::Compute, 0.85, None), candidate(read, 1.0, None)]);
+        assert_eq!(marginal_switch(&far, read), None);
+        // Reading is out (say the entry went incomplete): switch, however small the gain.
+        let out = decision(vec![candidate(Action::Compute, 0.99, None), candidate(read, 1.0, Some("gone"))]);
+        assert_eq!(marginal_switch(&out, read), None);
+        // The decision keeps the action: nothing to hold.
+        assert_eq!(marginal_switch(&close, Action::Compute), None);
+    }
 
     /// Computing and writing-then-reading cut 1 predict about the same time (no gain): the
     /// prefix is cheap next to the store.

@@ -43,7 +43,8 @@ pub struct EpochCheck {
     /// `(measured − predicted) / predicted`.
     pub error: f64,
     /// `within` (the tolerance), `re-decided`, or `held`: off by more, but the decision stays
-    /// (forced by the spec, no profile to correct, no epoch left, consumers set the pace).
+    /// (forced by the spec, no profile to correct, no epoch left, consumers set the pace, or
+    /// the corrected model's better action gains less than `SWITCH_MARGIN`).
     pub verdict: String,
     /// In words: "epoch 0: predicted 8.4 s computing, measured 25 s (+198%): re-deciding →
     /// write `small` (cut 2)".
@@ -78,6 +79,15 @@ fn seconds(x: f64) -> String {
         format!("{x:.1} s")
     } else {
         format!("{x:.2} s")
+    }
+}
+
+/// An action without its stage's name: "compute", "write at cut 2", "read at cut 2".
+fn action_name(action: Action) -> String {
+    match action {
+        Action::Compute => "compute".to_string(),
+        Action::Write { boundary } => format!("write at cut {boundary}"),
+        Action::Read { boundary } => format!("read at cut {boundary}"),
     }
 }
 
@@ -226,6 +236,24 @@ impl State {
         let mut inputs = corrections.apply(&inputs::inputs(self, name, &profile));
         inputs.remaining_epochs = left;
         let decision = policy::decide(&inputs);
+        if let Some(gain) = feedback::marginal_switch(&decision, chosen.decision.action) {
+            // The corrected model prefers another action, but by less than the margin: the
+            // switch would follow noise (a short epoch is mostly fixed costs).
+            let text = format!(
+                "{head}: re-deciding would switch to {} for {:.0}% less time, under the {:.0}% a \
+                 switch needs, keeping {}",
+                action_name(decision.action),
+                gain * 100.0,
+                feedback::SWITCH_MARGIN * 100.0,
+                briefly(chosen)
+            );
+            tracing::info!(pipeline = name, epoch = e, "cache check: {text}");
+            if let Some(p) = self.pipelines.get_mut(name) {
+                p.cache.corrections = corrections;
+                p.cache.checks.push(check("held", text));
+            }
+            return;
+        }
         let mut next = self.chosen(name, &profile, decision, e.saturating_add(1));
         self.never_read_incomplete(name, &mut next);
         let text = format!("{head}: re-deciding → {}", briefly(&next));
