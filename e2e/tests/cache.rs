@@ -18,8 +18,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Milliseconds a deterministic stage of the prefix waits per element, so that epochs outlast
-/// the profile (measured beside the first splits, which compute until the decision).
-const SLEEP_MS: u32 = 20;
+/// the profile (measured beside the first splits, which compute until the decision), and so
+/// that reading an entry is clearly faster than computing: near a tie, the closed loop may
+/// rightly switch between the two on an epoch's noise, and these tests check the modes. It runs
+/// right after the decode, so that no pipeline of these tests fuses the decode with the resize:
+/// `policy: never` would fuse them where `auto` keeps them apart, and the two would compute
+/// other (if close) pixels.
+const SLEEP_MS: u32 = 60;
 const EPOCHS: usize = 5;
 const IMAGES: usize = 48;
 const SPLITS: u64 = 12;
@@ -54,8 +59,8 @@ spec:
   source: {{url: 'file://{}/', format: files, filesPerSplit: 4}}
   stages:
     - op: image.decode
-    - {{op: image.resize, size: {size}}}
     - {{op: test.sleep, ms: {SLEEP_MS}}}
+    - {{op: image.resize, size: {size}}}
     - {{op: image.center_crop, size: {size}, name: crop}}
     - {{op: image.flip}}
 {extra}  shuffle: {{buffer: 4}}
@@ -163,8 +168,17 @@ fn auto_writes_once_reads_after_and_shares_the_entry_with_a_second_pipeline() {
     for e in epochs(&cached) {
         assert!(e["predicted_items_per_s"].as_f64().is_some_and(|p| p > 0.0), "{e}");
     }
+    // The decision shown is the latest: the first one writes; when an epoch's outcome was off
+    // its prediction by more than the tolerance, the closed loop re-decided, and with the entry
+    // complete by then, it reads.
     let reason = cached["cache"]["decision"]["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("write"), "{reason}");
+    if cached["cache"]["redecisions"].as_u64().unwrap_or(0) == 0 {
+        assert!(reason.contains("write"), "{reason}");
+    } else {
+        let checks = cached["cache"]["checks"].as_array().cloned().unwrap_or_default();
+        let redecided = checks.iter().filter(|c| c["verdict"] == "re-decided").count();
+        assert!(reason.contains("read") && redecided >= 1, "{reason} / {checks:?}");
+    }
 
     // Element for element what computing delivers, in every epoch.
     let never = manifest(dir.path(), "first-never", &source, 96, "    policy: never\n", "");
@@ -179,10 +193,9 @@ fn auto_writes_once_reads_after_and_shares_the_entry_with_a_second_pipeline() {
     // Its first splits compute while its own profile is measured; from then on it reads.
     assert_eq!(modes(&shared)[1..], vec!["read"; EPOCHS - 1], "{shared}");
     assert_eq!(bytes(&shared, "cache_bytes_written"), vec![0; EPOCHS]);
-    assert!(
-        shared["cache"]["decision"]["reason"].as_str().unwrap_or_default().starts_with("read"),
-        "{shared}"
-    );
+    // The decision in effect reads (its reason may start with the closed loop's last check).
+    assert_eq!(shared["cache"]["decision"]["action"]["action"], "read", "{shared}");
+    assert!(shared["cache"]["decision"]["reason"].as_str().unwrap_or_default().contains("read"), "{shared}");
     let alone = run(
         &manifest(dir.path(), "second-never", &source, 96, "    policy: never\n", other_suffix),
         &[],
@@ -212,8 +225,9 @@ fn behind_a_slow_store_auto_computes() {
     let summary = run(&m, &[], &throttle);
     assert_eq!(modes(&summary), vec!["compute"; EPOCHS], "{summary}");
     assert_eq!(bytes(&summary, "cache_bytes_written"), vec![0; EPOCHS]);
+    assert_eq!(summary["cache"]["decision"]["action"]["action"], "compute", "{summary}");
     let reason = summary["cache"]["decision"]["reason"].as_str().unwrap_or_default();
-    assert!(reason.starts_with("compute"), "{reason}");
+    assert!(reason.contains("compute"), "{reason}");
 }
 
 /// Starts `granary run` in the background; its JSON summary comes from `finish`.
