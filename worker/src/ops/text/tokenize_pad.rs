@@ -72,8 +72,7 @@ impl Operator for TokenizePadOp {
             .map_err(|e| self.tokenize.encode_error(element, &e))?;
         ids.resize(self.length, self.pad_id);
         mask.resize(self.length, 0);
-        let field = self.tokenize.field().to_string();
-        element.take(&field);
+        element.take(self.tokenize.field());
         let vector = |values: Vec<i64>| {
             Value::Tensor(Tensor { shape: vec![values.len()], data: TensorData::I64(values) })
         };
