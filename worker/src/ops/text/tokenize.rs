@@ -68,9 +68,10 @@ impl TokenizeOp {
                 return Ok((ids, mask));
             }
         }
-        let (mut ids, mut mask) = self.encode(text)?;
-        ids.truncate(max);
-        mask.truncate(max);
+        // Without offsets: `text.tokenize` keeps ids and the mask only, and the ids are the same.
+        let enc = self.tokenizer.encode_fast(text, self.add_special_tokens).map_err(|e| e.to_string())?;
+        let ids = enc.get_ids().iter().take(max).map(|&v| i64::from(v)).collect();
+        let mask = enc.get_attention_mask().iter().take(max).map(|&v| i64::from(v)).collect();
         Ok((ids, mask))
     }
 
@@ -117,19 +118,7 @@ impl TokenizeOp {
 
     /// Encodes `text` into (ids, attention mask).
     fn encode(&self, text: &str) -> Result<(Vec<i64>, Vec<i64>), String> {
-        if let Some(fast) = &self.fast {
-            let mut ids = Vec::new();
-            if let Some(done) = fast.encode(&self.tokenizer, text, &mut ids) {
-                done?;
-                let mask = vec![1; ids.len()];
-                return Ok((ids, mask));
-            }
-        }
-        // Without offsets: `text.tokenize` keeps ids and the mask only, and the ids are the same.
-        let enc = self.tokenizer.encode_fast(text, self.add_special_tokens).map_err(|e| e.to_string())?;
-        let ids = enc.get_ids().iter().map(|&v| i64::from(v)).collect();
-        let mask = enc.get_attention_mask().iter().map(|&v| i64::from(v)).collect();
-        Ok((ids, mask))
+        self.encode_at_most(text, usize::MAX)
     }
 }
 

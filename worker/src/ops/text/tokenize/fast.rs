@@ -125,7 +125,7 @@ impl FastPath {
                 return None;
             }
             let mut ids = Vec::new();
-            match self.encode(tokenizer, probe, &mut ids) {
+            match self.encode_at_most(tokenizer, probe, usize::MAX, &mut ids) {
                 Some(done) => done.ok()?,
                 None => continue, // the general path's (the empty text)
             }
@@ -136,20 +136,11 @@ impl FastPath {
         Some(())
     }
 
-    /// Appends `text`'s ids to `ids`: `None` when the text needs the general path (then `ids`
-    /// is unchanged), an error when the model fails on a word.
-    pub(super) fn encode(
-        &self,
-        tokenizer: &Tokenizer,
-        text: &str,
-        ids: &mut Vec<i64>,
-    ) -> Option<Result<(), String>> {
-        self.encode_at_most(tokenizer, text, usize::MAX, ids)
-    }
-
-    /// As [`FastPath::encode`], but appends only the first `max` ids (the post-processor's
-    /// included): what cutting the full encoding to `max` gives. When the model cannot fail on
-    /// a word, it stops encoding words once it has the ids it keeps.
+    /// Appends the first `max` of `text`'s ids to `ids` (the post-processor's included: what
+    /// cutting the full encoding to `max` gives; `usize::MAX` for all): `None` when the text
+    /// needs the general path (then `ids` is unchanged), an error when the model fails on a
+    /// word. When the model cannot fail on a word, it stops encoding words once it has the ids
+    /// it keeps.
     pub(super) fn encode_at_most(
         &self,
         tokenizer: &Tokenizer,
@@ -448,7 +439,7 @@ mod tests {
         for text in texts() {
             let expected = tokenizer.encode(text.as_str(), add_special_tokens).unwrap();
             let mut ids = Vec::new();
-            match fast.encode(&tokenizer, &text, &mut ids) {
+            match fast.encode_at_most(&tokenizer, &text, usize::MAX, &mut ids) {
                 Some(done) => {
                     done.unwrap();
                     taken += 1;
