@@ -116,12 +116,7 @@ fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>
 /// The plan of `spec` for the status: `None` when the stages run as written. Every worker derives
 /// the same plan from the same spec.
 pub fn plan_status(spec: &granary_crds::InputPipelineSpec) -> Option<granary_crds::PlanStatus> {
-    let plan = granary_optimizer::optimize(spec);
-    (!plan.is_as_written()).then(|| granary_crds::PlanStatus {
-        stages: plan.stage_lines(),
-        source_fields: plan.fields.clone(),
-        rewrites: plan.rewrite_lines(spec),
-    })
+    granary_optimizer::optimize(spec).in_effect(spec)
 }
 
 /// The status for `observed`. Conditions keep their `lastTransitionTime` from `previous` while

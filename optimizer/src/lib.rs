@@ -201,9 +201,19 @@ impl Plan {
         self.stages.iter().map(|s| format!("spec.stages[{}] {}", s.origin, s.stage.display_name())).collect()
     }
 
+    /// The plan in effect as `status.plan` and the run summary show it: its stages in order, the
+    /// fields the source reads and one line per rewrite; `None` when the stages run as written.
+    pub fn in_effect(&self, spec: &InputPipelineSpec) -> Option<granary_crds::PlanStatus> {
+        (!self.is_as_written()).then(|| granary_crds::PlanStatus {
+            stages: self.stage_lines(),
+            source_fields: self.fields.clone(),
+            rewrites: self.rewrite_lines(spec),
+        })
+    }
+
     /// One line per rewrite: what moved before what, or which fields the source reads, with the
     /// rule that keeps the output.
-    pub fn rewrite_lines(&self, spec: &InputPipelineSpec) -> Vec<String> {
+    fn rewrite_lines(&self, spec: &InputPipelineSpec) -> Vec<String> {
         let name = |i: usize| {
             spec.stages.get(i).map_or_else(
                 || format!("spec.stages[{i}]"),

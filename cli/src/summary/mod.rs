@@ -149,11 +149,10 @@ impl RunSummary {
     /// Adds the plan the optimizer made of `spec` (the same every process running it derives),
     /// when it rewrote anything.
     pub fn with_plan(mut self, spec: &granary_crds::InputPipelineSpec) -> RunSummary {
-        let plan = granary_optimizer::optimize(spec);
-        self.plan = (!plan.is_as_written()).then(|| PlanSummary {
-            stages: plan.stage_lines(),
-            source_fields: plan.fields.clone(),
-            rewrites: plan.rewrites.len(),
+        self.plan = granary_optimizer::optimize(spec).in_effect(spec).map(|p| PlanSummary {
+            rewrites: p.rewrites.len(),
+            stages: p.stages,
+            source_fields: p.source_fields,
         });
         self
     }

@@ -189,6 +189,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let fast_engine = Engine::open(&manifest, options.clone())?;
     let fused = fast_engine.stages().iter().any(|(path, _)| path.contains(".."));
     let batch_size = fast_engine.spec().batch.size as usize;
+    let rewrites = fast_engine.optimized().rewrites.len();
     if !args.json {
         eprintln!(
             "{} · {} threads · batch {batch_size} · {} warm-up + {} timed batches",
@@ -260,7 +261,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         vs_baseline: baseline.map(|b| round3(fast.items_per_s / b.items_per_s)),
         decode_only_items_per_s: limit.map(|l| round2(l.items_per_s)),
         vs_decode_only: limit.map(|l| round3(fast.items_per_s / l.items_per_s)),
-        rewrites: granary_optimizer::optimize(&manifest.pipeline.spec).rewrites.len(),
+        rewrites,
         unoptimized_items_per_s: unoptimized.map(|u| round2(u.items_per_s)),
         vs_unoptimized: unoptimized.map(|u| round3(fast.items_per_s / u.items_per_s)),
     };
