@@ -1,7 +1,7 @@
 //! `format: files`: one object per sample, grouped into splits of `filesPerSplit`, with labels
 //! from an optional JSONL file.
 
-use super::{Emit, Object, SourceError, Split, SplitKind, get_bytes, relative_key};
+use super::{Emit, Object, SourceError, Split, SplitKind, get_bytes, get_listed, relative_key};
 use crate::element::{Element, Value};
 use crate::store::{self, Located};
 use crate::tensor::Tensor;
@@ -133,7 +133,8 @@ pub(super) fn read(
 ) -> Result<(), SourceError> {
     let mut pending = VecDeque::with_capacity(READ_AHEAD);
     let mut next = samples.iter();
-    let spawn = |s: &(Object, Option<i64>)| rt.spawn(get_bytes(Arc::clone(store), s.0.location.clone()));
+    let spawn =
+        |s: &(Object, Option<i64>)| rt.spawn(get_listed(Arc::clone(store), s.0.location.clone(), s.0.size));
     for s in next.by_ref().take(READ_AHEAD) {
         pending.push_back((s, spawn(s)));
     }
