@@ -184,10 +184,10 @@ impl State {
         // undelivered part of it and is not pending (pending splits come in order anyway).
         if epoch < epochs {
             queue_replays(job, index, epoch, |slot| !delivered.iter().any(|&(a, z)| slot >= a && slot < z));
-            for later in (epoch + 1)..epochs {
-                if job.epochs.contains_key(&later) {
-                    queue_replays(job, index, later, |_| true);
-                }
+            // Only the epochs begun: a pipeline may declare millions of them.
+            let begun: Vec<u32> = job.epochs.range(epoch + 1..epochs).map(|(&later, _)| later).collect();
+            for later in begun {
+                queue_replays(job, index, later, |_| true);
             }
         }
         let finished = epoch >= epochs;
