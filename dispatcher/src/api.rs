@@ -265,7 +265,8 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         require("worker_id", &req.worker_id)?;
         caller.as_worker(&req.worker_id)?;
         caller.covers(&req.pipeline, &[Role::Worker], "completing a split")?;
-        self.mutate(|s, _| s.complete(&req)).await?;
+        // The worker reports this after its consumers took the split: nothing waits on it.
+        self.mutate_batched(|s, _| s.complete(&req)).await?;
         Ok(Response::new(pb::CompleteSplitResponse {}))
     }
 

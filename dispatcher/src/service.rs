@@ -2,7 +2,7 @@
 //! and what its host reads of them. Its gRPC face is in `api`, its cache I/O in `cache_io`.
 
 use crate::catalog::Catalog;
-use crate::journal::{Batch, Committer, Journal, JournalError};
+use crate::journal::{Batch, Committer, Journal, JournalError, Urgency};
 use crate::state::{
     CacheReport, DispatchError, Event, JobProgress, MetricsSnapshot, MixFacts, PipelineFacts, State, Timing,
 };
@@ -161,6 +161,23 @@ impl Dispatcher {
         &self,
         f: impl FnOnce(&mut State, u64) -> Result<T, DispatchError>,
     ) -> Result<T, Status> {
+        self.mutate_with(Urgency::Prompt, f).await
+    }
+
+    /// [`Dispatcher::mutate`] for a change its requester does not wait on (a split's
+    /// completion): its record may wait a little for others to join it (see [`Urgency`]).
+    pub(crate) async fn mutate_batched<T>(
+        &self,
+        f: impl FnOnce(&mut State, u64) -> Result<T, DispatchError>,
+    ) -> Result<T, Status> {
+        self.mutate_with(Urgency::Batched, f).await
+    }
+
+    async fn mutate_with<T>(
+        &self,
+        urgency: Urgency,
+        f: impl FnOnce(&mut State, u64) -> Result<T, DispatchError>,
+    ) -> Result<T, Status> {
         self.serving()?;
         let now = self.now();
         let (result, ticket, touches) = {
@@ -175,7 +192,7 @@ impl Dispatcher {
         };
         touch_entries(touches);
         if let Some(ticket) = ticket {
-            self.durable(ticket).await?;
+            self.durable(ticket, urgency).await?;
         }
         result.map_err(status)
     }
@@ -190,7 +207,7 @@ impl Dispatcher {
 
     /// Waits until `ticket`'s events are durable. The write runs in a task of its own, so that
     /// a request given up on does not cut a write short.
-    async fn durable(&self, ticket: u64) -> Result<(), Status> {
+    async fn durable(&self, ticket: u64, urgency: Urgency) -> Result<(), Status> {
         let inner = Arc::clone(&self.inner);
         let written = tokio::spawn(async move {
             let Some(journal) = &inner.journal else { return Ok(()) };
@@ -200,7 +217,7 @@ impl Dispatcher {
                 let snapshot = compact.then(|| state.snapshot_events());
                 journal.take(stray, snapshot)
             };
-            journal.commit(ticket, take).await
+            journal.commit(ticket, urgency, take).await
         })
         .await;
         match written {

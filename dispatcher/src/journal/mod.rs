@@ -20,7 +20,7 @@ mod layout;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use commit::{Batch, Committer, RETRY_FOR};
+pub(crate) use commit::{Batch, Committer, RETRY_FOR, Urgency};
 
 use crate::state::Event;
 use bytes::Bytes;

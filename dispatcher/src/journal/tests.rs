@@ -107,3 +107,44 @@ async fn a_retried_append_whose_first_attempt_landed_is_not_a_fence() {
     j.next -= 1;
     assert!(matches!(j.append(&[job(2)]).await, Err(JournalError::Fenced { .. })));
 }
+
+struct NoSources;
+
+impl crate::Catalog for NoSources {
+    fn describe(&self, _: &granary_crds::Manifest) -> Result<crate::Listing, String> {
+        Ok(Default::default())
+    }
+}
+
+/// Changes nobody waits on (split completions) linger for others to join their record: many at
+/// once take a few records, not one each, and each is durable when its call returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_changes_share_records_and_are_durable_when_answered() {
+    const CHANGES: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().display().to_string();
+    let (journal, events) = Journal::open(&url).await.unwrap();
+    let d =
+        crate::Dispatcher::on_journal(Default::default(), std::sync::Arc::new(NoSources), journal, events);
+    let calls: Vec<_> = (0..CHANGES)
+        .map(|n| {
+            let d = d.clone();
+            tokio::spawn(async move {
+                d.mutate_batched(|s, _| {
+                    s.cache_evicted("s3://cache/", &format!("f{n}"));
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    let (records, failed) = d.journal_writes().unwrap();
+    assert_eq!(failed, 0);
+    assert!(records <= CHANGES as u64 / 2, "{CHANGES} changes took {records} records");
+    let (_, events) = Journal::open(&url).await.unwrap();
+    assert_eq!(events.len(), CHANGES, "every answered change is in the journal");
+}
