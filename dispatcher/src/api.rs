@@ -239,9 +239,27 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         let req = request.into_inner();
         require("worker_id", &req.worker_id)?;
         caller.as_worker(&req.worker_id)?;
-        let lease = self.mutate(|s, now| s.lease_avoiding(&req.worker_id, &req.backed_up, now)).await?;
-        let retry_after_ms = if lease.is_some() { 0 } else { 50 };
-        Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms }))
+        // With nothing to lease, the call waits up to `Timing::lease_wait_ms` for work to become
+        // leasable (a consumer moving to a new epoch, asking for data, a split given back), so
+        // that the worker hears of it at once rather than at its next try. A worker that reports
+        // backed-up jobs is answered at once: it asks again when its queues drain.
+        let wait = Duration::from_millis(self.state().timing.lease_wait_ms);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let wake = self.inner.leasable.notified();
+            tokio::pin!(wake);
+            wake.as_mut().enable();
+            let lease = self.mutate(|s, now| s.lease_avoiding(&req.worker_id, &req.backed_up, now)).await?;
+            if lease.is_some() {
+                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 0 }));
+            }
+            if !req.backed_up.is_empty() {
+                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 50 }));
+            }
+            if tokio::time::timeout_at(deadline, wake).await.is_err() {
+                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 10 }));
+            }
+        }
     }
 
     async fn renew_lease(

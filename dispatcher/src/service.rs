@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     pub(crate) tls: Option<granary_security::TlsMaterial>,
     /// Trainer registrations, signalled to the autoscalers.
     pub(crate) arrivals: crate::arrivals::Arrivals,
+    /// Signalled when work may have become leasable (see [`State::take_leasable`]): wakes the
+    /// `LeaseSplit` calls waiting for work.
+    pub(crate) leasable: tokio::sync::Notify,
 }
 
 /// The dispatcher: cheap to clone, shared by the gRPC service and its host.
@@ -139,6 +142,7 @@ impl Dispatcher {
                 access: config.auth_key.as_ref().map(crate::access::Access::new),
                 tls: config.tls.clone(),
                 arrivals: crate::arrivals::Arrivals::default(),
+                leasable: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -180,7 +184,7 @@ impl Dispatcher {
     ) -> Result<T, Status> {
         self.serving()?;
         let now = self.now();
-        let (result, ticket, touches) = {
+        let (result, ticket, touches, leasable) = {
             let mut state = self.state();
             let result = f(&mut state, now);
             let events = state.take_events();
@@ -188,8 +192,11 @@ impl Dispatcher {
                 Some(journal) if !events.is_empty() => Some(journal.enqueue(events)),
                 _ => None,
             };
-            (result, ticket, state.take_cache_touches())
+            (result, ticket, state.take_cache_touches(), state.take_leasable())
         };
+        if leasable {
+            self.inner.leasable.notify_waiters();
+        }
         touch_entries(touches);
         if let Some(ticket) = ticket {
             self.durable(ticket, urgency).await?;

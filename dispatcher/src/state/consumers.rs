@@ -208,6 +208,7 @@ impl State {
         );
         if req.wants_data {
             p.asked(&job_name);
+            self.leasable = true;
         }
         let workers = self.workers_of(&req.pipeline);
         Ok(pb::RegisterClientResponse {
@@ -268,7 +269,7 @@ impl State {
             )));
         }
         job.last_alive = job.last_alive.max(now);
-        let mut asks = false;
+        let (mut asks, mut advanced) = (false, false);
         if let Some(c) = job.consumers.get_mut(&req.consumer_index) {
             c.last_seen = now;
             c.gone = false;
@@ -281,6 +282,9 @@ impl State {
             let progressed = (req.finished, req.epoch, req.delivered) > (c.finished, c.epoch, c.delivered);
             asks = c.demand.heartbeat(now, req.wants_data, progressed, &timing);
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
+                // Epochs are leased at most one ahead of the slowest consumer: a new epoch
+                // may open the next one to leasing.
+                advanced = (req.finished, req.epoch) > (c.finished, c.epoch);
                 c.epoch = req.epoch;
                 c.delivered = req.delivered;
                 c.finished = req.finished;
@@ -298,6 +302,7 @@ impl State {
         if asks && let Some(p) = self.pipelines.get_mut(&req.pipeline) {
             p.asked(&req.job);
         }
+        self.leasable |= asks || advanced;
         let failed = self.failure(&req.pipeline).unwrap_or_default();
         Ok(pb::ClientHeartbeatResponse {
             workers: self.workers_of(&req.pipeline),

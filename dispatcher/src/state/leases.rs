@@ -514,6 +514,7 @@ impl State {
     /// Puts a lease's split back at the front of its job's queue.
     pub(crate) fn requeue(&mut self, lease: u64) {
         let Some(l) = self.leases.remove(&lease) else { return };
+        self.leasable = true;
         if let Some(w) = self.workers.get_mut(&l.worker) {
             w.leases.remove(&lease);
         }

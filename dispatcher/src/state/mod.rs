@@ -37,11 +37,22 @@ pub struct Timing {
     /// How long a job with no consumer reading it (none registered, every one gone or finished,
     /// and no heartbeat) is kept before it is collected with its progress, as tf.data's job GC.
     pub job_gc_ms: u64,
+    /// Longest a `LeaseSplit` call with nothing to lease waits for work to become leasable
+    /// before it answers with none. About as long as a worker used to wait between tries, so an
+    /// idle worker asks no more often than before, while one that waits on its consumers' next
+    /// epoch (a dataset of few splits) hears of it at once.
+    pub lease_wait_ms: u64,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { heartbeat_ms: 500, lease_ms: 4000, client_timeout_ms: 10_000, job_gc_ms: 600_000 }
+        Timing {
+            heartbeat_ms: 500,
+            lease_ms: 4000,
+            client_timeout_ms: 10_000,
+            job_gc_ms: 600_000,
+            lease_wait_ms: 50,
+        }
     }
 }
 
@@ -441,6 +452,10 @@ pub struct State {
     pub(crate) worker_counts: BTreeMap<String, WorkerCounts>,
     /// Errors never name other pipelines (authentication is on: callers see only their own).
     pub(crate) private: bool,
+    /// Set when work may have become leasable (a consumer moved to a new epoch or asked for
+    /// data, a split went back to be leased again): the service wakes the workers waiting for a
+    /// lease. Taken by [`State::take_leasable`].
+    pub(crate) leasable: bool,
 }
 
 impl State {
@@ -461,6 +476,7 @@ impl State {
             split_counts: BTreeMap::new(),
             worker_counts: BTreeMap::new(),
             private: false,
+            leasable: false,
         }
     }
 
@@ -528,6 +544,11 @@ impl State {
     /// Takes the events to journal.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Whether work may have become leasable since the last call.
+    pub fn take_leasable(&mut self) -> bool {
+        std::mem::take(&mut self.leasable)
     }
 
     pub(crate) fn fresh_id(&mut self, prefix: &str) -> String {

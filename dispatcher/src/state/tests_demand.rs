@@ -6,6 +6,10 @@ use super::*;
 use granary_proto::v1 as pb;
 
 fn setup(splits: usize) -> (State, String) {
+    setup_epochs(splits, 1)
+}
+
+fn setup_epochs(splits: usize, epochs: u32) -> (State, String) {
     let mut s = State::new(Timing::default(), 1);
     let facts = PipelineFacts {
         manifest_json: "{}".into(),
@@ -13,7 +17,7 @@ fn setup(splits: usize) -> (State, String) {
         counts: vec![10; splits],
         counts_known: true,
         batch: 5,
-        epochs: 1,
+        epochs,
         drop_remainder: false,
         shuffle: false,
         seed: 1,
@@ -137,4 +141,35 @@ pub(super) fn asking(s: &mut State, now: u64) {
     for beat in beats {
         s.client_heartbeat(&beat, now).unwrap();
     }
+}
+
+#[test]
+fn leasing_is_woken_when_a_consumer_asks_or_moves_to_a_new_epoch_or_a_split_goes_back() {
+    let (mut s, w) = setup_epochs(2, 3);
+    s.take_leasable();
+    let trainer = join(&mut s, "train", 0);
+    assert!(s.take_leasable(), "a registration that asks for data");
+    let idle = join_asking(&mut s, "idle", false, 0);
+    beat(&mut s, &idle, 0, false, 1);
+    assert!(!s.take_leasable(), "a client that neither asks nor moves on");
+    // Epochs 0 and 1 are leasable (one ahead of the consumer); epoch 2 is not yet.
+    let leases: Vec<_> =
+        (0..4).map(|i| s.lease(&w, 2 + i).unwrap().expect("a split of epochs 0 and 1")).collect();
+    assert!(s.lease(&w, 10).unwrap().is_none());
+    s.give_back(&w, leases[0].lease_id, None).unwrap();
+    assert!(s.take_leasable(), "a split given back");
+    assert!(s.lease(&w, 11).unwrap().is_some());
+    let moved = pb::ClientHeartbeatRequest {
+        client_id: trainer.client_id.clone(),
+        pipeline: "p".into(),
+        job: trainer.job.clone(),
+        epoch: 1,
+        wants_data: true,
+        ..Default::default()
+    };
+    s.client_heartbeat(&moved, 12).unwrap();
+    assert!(s.take_leasable(), "the consumer moved to a new epoch");
+    assert_eq!(s.lease(&w, 13).unwrap().map(|l| l.epoch), Some(2));
+    beat(&mut s, &idle, 0, false, 14);
+    assert!(!s.take_leasable());
 }
