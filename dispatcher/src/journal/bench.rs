@@ -13,7 +13,8 @@ use std::time::Instant;
 const TASKS: usize = 32;
 const PER_TASK: usize = 25;
 
-struct NoSources;
+/// A catalog with no sources: the journal tests register none.
+pub(super) struct NoSources;
 
 impl crate::Catalog for NoSources {
     fn describe(&self, _: &granary_crds::Manifest) -> Result<crate::Listing, String> {

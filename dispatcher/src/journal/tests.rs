@@ -108,14 +108,6 @@ async fn a_retried_append_whose_first_attempt_landed_is_not_a_fence() {
     assert!(matches!(j.append(&[job(2)]).await, Err(JournalError::Fenced { .. })));
 }
 
-struct NoSources;
-
-impl crate::Catalog for NoSources {
-    fn describe(&self, _: &granary_crds::Manifest) -> Result<crate::Listing, String> {
-        Ok(Default::default())
-    }
-}
-
 /// Changes nobody waits on (split completions) linger for others to join their record: many at
 /// once take a few records, not one each, and each is durable when its call returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,8 +116,12 @@ async fn batched_changes_share_records_and_are_durable_when_answered() {
     let dir = tempfile::tempdir().unwrap();
     let url = dir.path().display().to_string();
     let (journal, events) = Journal::open(&url).await.unwrap();
-    let d =
-        crate::Dispatcher::on_journal(Default::default(), std::sync::Arc::new(NoSources), journal, events);
+    let d = crate::Dispatcher::on_journal(
+        Default::default(),
+        std::sync::Arc::new(super::bench::NoSources),
+        journal,
+        events,
+    );
     let calls: Vec<_> = (0..CHANGES)
         .map(|n| {
             let d = d.clone();
