@@ -40,8 +40,6 @@ use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-/// Parts each consumer queue holds before producing waits.
-const QUEUE_CAPACITY: usize = 4;
 /// How long the gRPC server may take to close its connections after the drain.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -197,7 +195,7 @@ impl WorkerService {
             Some(tls) => Some(tls.server().ok_or(ServiceError::NoCertificate)?),
             None => None,
         };
-        let queues = Arc::new(queues::Queues::new(QUEUE_CAPACITY));
+        let queues = Arc::new(queues::Queues::new(queues::Capacity::default()));
         let (stop_server, server_stopped) = oneshot::channel();
         let gate = Arc::new(server::CapabilityGate::new(config.token.is_some()));
         let limits = Arc::new(server::StreamLimits::default());

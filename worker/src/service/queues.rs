@@ -7,7 +7,8 @@
 //! holding its capacity of parts is *backed up* ([`Queues::backed_up_jobs`]), the agent names its
 //! job when it asks for a lease, and the dispatcher leases this worker none of that job's splits
 //! until the queue drains ([`Queues::room`] wakes the agent then). So a queue holds at most its
-//! capacity plus the parts of the splits already leased when it filled. A queue outlives its
+//! capacity plus the parts of the splits already leased when it filled. The capacity counts
+//! parts and bytes together ([`Capacity`]): a few large parts, or more small ones. A queue outlives its
 //! streams: a new stream for the same consumer replaces the previous one and drains what is
 //! left. When the dispatcher reports a consumer gone, its queue is emptied and everything routed
 //! to it is dropped until a new stream for it arrives.
@@ -24,6 +25,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, mpsc};
+
+mod capacity;
+pub use capacity::Capacity;
 
 /// One consumer of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,6 +94,10 @@ struct State {
     entries: VecDeque<Entry>,
     /// Parts among `entries` (a `SplitEnd` takes no room).
     parts: usize,
+    /// Their payload bytes.
+    bytes: usize,
+    /// Counted in the backlog as backed up: it was full ([`Capacity::full`]) when last changed.
+    backed_up: bool,
     /// The stream allowed to drain the queue; 0 when none.
     stream: u64,
     /// The dispatcher reported the consumer gone and no stream came since.
@@ -98,12 +106,12 @@ struct State {
 }
 
 impl State {
-    /// Empties the queue; true when it was backed up (held `capacity` parts or more).
-    fn clear(&mut self, capacity: usize) -> bool {
-        let backed_up = self.parts >= capacity;
+    /// Empties the queue; true when it was backed up.
+    fn clear(&mut self) -> bool {
         self.entries.clear();
         self.parts = 0;
-        backed_up
+        self.bytes = 0;
+        std::mem::take(&mut self.backed_up)
     }
 }
 
@@ -133,7 +141,7 @@ pub struct Taken {
 /// Every consumer's queue.
 pub struct Queues {
     queues: Mutex<HashMap<ConsumerKey, Arc<Queue>>>,
-    capacity: usize,
+    capacity: Capacity,
     next_stream: AtomicU64,
     closed: AtomicBool,
     taken: Arc<Taken>,
@@ -143,8 +151,8 @@ pub struct Queues {
 /// Where the queues tell that they backed up or drained.
 #[derive(Default)]
 struct Backlog {
-    /// Queues holding their capacity of parts or more, counted as they cross it (under their
-    /// own lock): while none is, asking which jobs are backed up looks at no queue.
+    /// Queues at their capacity or past it, counted as they cross it (under their own lock):
+    /// while none is, asking which jobs are backed up looks at no queue.
     queues: AtomicUsize,
     /// Woken when a backed-up queue drains below its capacity, or is emptied.
     room: Notify,
@@ -167,11 +175,11 @@ impl Backlog {
 pub type ConsumerStream = Pin<Box<dyn Stream<Item = Result<StreamMessage, tonic::Status>> + Send>>;
 
 impl Queues {
-    /// Queues backed up at `capacity` parts each (at least 1).
-    pub fn new(capacity: usize) -> Queues {
+    /// Queues that back up at `capacity`.
+    pub fn new(capacity: Capacity) -> Queues {
         Queues {
             queues: Mutex::new(HashMap::new()),
-            capacity: capacity.max(1),
+            capacity: capacity.normalized(),
             next_stream: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             taken: Arc::new(Taken::default()),
@@ -179,8 +187,8 @@ impl Queues {
         }
     }
 
-    /// Parts a queue holds when its job counts as backed up.
-    pub fn capacity(&self) -> usize {
+    /// When a queue's job counts as backed up.
+    pub fn capacity(&self) -> Capacity {
         self.capacity
     }
 
@@ -251,14 +259,14 @@ impl Queues {
         self.jobs_where(limit, |state| !state.entries.is_empty())
     }
 
-    /// `(pipeline, job)` of the queues holding at least their capacity of parts, at most
+    /// `(pipeline, job)` of the queues at their capacity or past it, at most
     /// `limit`: the dispatcher leases this worker none of their splits until they drain. A
     /// consumer reported gone drops what is routed to it, so its queue never backs up.
     pub fn backed_up_jobs(&self, limit: usize) -> Vec<(String, String)> {
         if self.backlog.queues.load(Ordering::Acquire) == 0 {
             return Vec::new();
         }
-        self.jobs_where(limit, |state| state.parts >= self.capacity)
+        self.jobs_where(limit, |state| state.backed_up)
     }
 
     /// `(pipeline, job)` of the queues whose state passes `keep`, at most `limit`, in order.
@@ -300,7 +308,9 @@ impl Queues {
                 _token: None,
             });
             state.parts += 1;
-            if state.parts == self.capacity {
+            state.bytes += bytes;
+            if !state.backed_up && self.capacity.full(state.parts, state.bytes) {
+                state.backed_up = true;
                 self.backlog.filled();
             }
             drop(state);
@@ -371,7 +381,7 @@ impl Queues {
             let dropped = state.parts;
             state.gone = true;
             state.stream = 0;
-            if state.clear(self.capacity) {
+            if state.clear() {
                 self.backlog.drained();
             }
             drop(state);
@@ -390,7 +400,7 @@ impl Queues {
             {
                 let mut state = queue.lock();
                 state.closed = true;
-                if state.clear(self.capacity) {
+                if state.clear() {
                     self.backlog.queues.fetch_sub(1, Ordering::AcqRel);
                 }
             }
@@ -399,11 +409,13 @@ impl Queues {
         self.backlog.room.notify_waiters();
     }
 
-    /// Parts queued, all queues together, and their capacity.
+    /// Parts queued, all queues together, and their capacity in parts (each queue's for parts
+    /// of the size it holds: [`Capacity::parts_for`]).
     pub fn buffered(&self) -> (usize, usize) {
-        let queues = self.all();
-        let parts = queues.iter().map(|q| q.lock().parts).sum();
-        (parts, queues.len() * self.capacity)
+        self.all().iter().fold((0, 0), |(parts, capacity), q| {
+            let state = q.lock();
+            (parts + state.parts, capacity + self.capacity.parts_for(state.parts, state.bytes))
+        })
     }
 }
 
@@ -414,7 +426,7 @@ struct Attached {
     id: u64,
     taken: Arc<Taken>,
     /// The queues' capacity, and where to say that a backed-up queue drained below it.
-    capacity: usize,
+    capacity: Capacity,
     backlog: Arc<Backlog>,
 }
 
@@ -430,7 +442,7 @@ impl Drop for Attached {
 /// The next message for the stream, or `None` once the stream was replaced or the queues closed.
 async fn next_message(attached: &Attached) -> Option<StreamMessage> {
     let Attached { queue, id, taken, capacity, backlog } = attached;
-    let (id, capacity) = (*id, *capacity);
+    let id = *id;
     loop {
         let notified = queue.ready.notified();
         tokio::pin!(notified);
@@ -444,9 +456,11 @@ async fn next_message(attached: &Attached) -> Option<StreamMessage> {
             if let Some(entry) = state.entries.pop_front() {
                 if let Some(bytes) = entry.part_bytes {
                     state.parts -= 1;
+                    state.bytes -= bytes;
                     taken.parts.fetch_add(1, Ordering::Relaxed);
                     taken.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-                    if state.parts + 1 == capacity {
+                    if state.backed_up && !capacity.full(state.parts, state.bytes) {
+                        state.backed_up = false;
                         backlog.drained();
                     }
                 }
@@ -497,7 +511,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_queue_backs_up_its_job_without_making_the_producer_wait() {
-        let queues = Arc::new(Queues::new(2));
+        let queues = Arc::new(Queues::new(Capacity::parts(2)));
         let never = AtomicBool::new(false);
         let pushed: Vec<Pushed> = (0..5).map(|lo| queues.push_part(&key(0), part(lo), &never)).collect();
         assert_eq!(pushed, vec![Pushed::Queued; 5], "pushing never waits for room");
@@ -541,8 +555,26 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_parts_queue_up_to_the_byte_allowance_before_backing_up() {
+        // Parts of 3 bytes: backed up at 10 of them (30 bytes), not at the minimum of 2.
+        let queues = Queues::new(Capacity { min_parts: 2, max_parts: 100, bytes: 30 });
+        let never = AtomicBool::new(false);
+        for lo in 0..9 {
+            queues.push_part(&key(0), part(lo), &never);
+        }
+        assert!(queues.backed_up_jobs(10).is_empty(), "27 bytes in 9 parts");
+        assert_eq!(queues.buffered(), (9, 10));
+        queues.push_part(&key(0), part(9), &never);
+        assert_eq!(queues.backed_up_jobs(10).len(), 1, "30 bytes");
+        let mut stream = queues.open_stream(&key(0));
+        assert_eq!(lo_of(&stream.next().await.unwrap().unwrap()), Some(0));
+        assert!(queues.backed_up_jobs(10).is_empty(), "below the allowance again");
+        assert_eq!(queues.backlog.queues.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_new_stream_replaces_the_old_one_and_keeps_the_queue() {
-        let queues = Queues::new(4);
+        let queues = Queues::new(Capacity::parts(4));
         let never = AtomicBool::new(false);
         let mut first = queues.open_stream(&key(0));
         queues.push_part(&key(0), part(0), &never);
@@ -555,7 +587,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn gone_consumers_drop_their_parts_and_what_is_routed_to_them() {
-        let queues = Queues::new(1);
+        let queues = Queues::new(Capacity::parts(1));
         let never = AtomicBool::new(false);
         for lo in 0..3 {
             assert_eq!(queues.push_part(&key(3), part(lo), &never), Pushed::Queued);
@@ -576,7 +608,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_map_drops_the_queues_of_consumers_that_left() {
-        let queues = Queues::new(2);
+        let queues = Queues::new(Capacity::parts(2));
         let never = AtomicBool::new(false);
         // 500 consumers that opened a stream and left without reading.
         for i in 0..500 {
@@ -612,7 +644,7 @@ mod tests {
 
     #[test]
     fn a_revoked_lease_queues_nothing() {
-        let queues = Queues::new(1);
+        let queues = Queues::new(Capacity::parts(1));
         let revoked = AtomicBool::new(true);
         assert_eq!(queues.push_part(&key(0), part(0), &revoked), Pushed::Cancelled);
         assert_eq!(queues.buffered().0, 0);
@@ -620,7 +652,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn split_end_is_delivered_once_taken() {
-        let queues = Queues::new(2);
+        let queues = Queues::new(Capacity::parts(2));
         let never = AtomicBool::new(false);
         queues.push_part(&key(0), part(0), &never);
         let (token, delivered) = delivery();
@@ -640,7 +672,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn close_ends_streams() {
-        let queues = Queues::new(2);
+        let queues = Queues::new(Capacity::parts(2));
         let mut stream = queues.open_stream(&key(0));
         let next = tokio::spawn(async move { stream.next().await.is_none() });
         tokio::time::sleep(Duration::from_millis(50)).await;

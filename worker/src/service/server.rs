@@ -399,7 +399,8 @@ mod tests {
 
     #[tokio::test]
     async fn streams_past_the_limit_are_refused_until_one_closes() {
-        let api = WorkerApi::new(Arc::new(Queues::new(4)), None).with_max_open_streams(2);
+        let api = WorkerApi::new(Arc::new(Queues::new(crate::service::queues::Capacity::parts(4))), None)
+            .with_max_open_streams(2);
         let first = api.stream_batches(request("p", "a", "c")).await.unwrap();
         let _second = api.stream_batches(request("p", "b", "c")).await.unwrap();
         let Err(status) = api.stream_batches(request("p", "c", "c")).await else { panic!("accepted") };
@@ -411,7 +412,10 @@ mod tests {
 
     #[tokio::test]
     async fn empty_or_foreign_fields_are_refused_by_name() {
-        let api = WorkerApi::new(Arc::new(Queues::new(4)), Some("p".into()));
+        let api = WorkerApi::new(
+            Arc::new(Queues::new(crate::service::queues::Capacity::parts(4))),
+            Some("p".into()),
+        );
         for (req, field) in [
             (request("", "j", "c"), "pipeline"),
             (request("p", "", "c"), "job"),
