@@ -6,7 +6,7 @@ use futures::{FutureExt, StreamExt};
 use granary_proto::v1::StreamBatchesRequest;
 use granary_proto::v1::worker_server::Worker;
 use granary_security::{Capability, CapabilitySigner, MasterKey};
-use granary_worker::service::queues::Queues;
+use granary_worker::service::queues::{Capacity, Queues};
 use granary_worker::service::server::{CapabilityGate, StreamLimits, WorkerApi};
 use prost::Message;
 use std::sync::{Arc, OnceLock};
@@ -41,7 +41,9 @@ pub fn worker_requests(data: &[u8]) {
     let limits = Arc::new(StreamLimits::default());
     limits.learn_json("p", &String::from_utf8_lossy(input.framed()));
     let dedicated = (setup & 8 != 0).then(|| "p".to_string());
-    let api = WorkerApi::new(Arc::new(Queues::new(4)), dedicated).with_gate(gate).with_limits(limits);
+    let api = WorkerApi::new(Arc::new(Queues::new(Capacity::default())), dedicated)
+        .with_gate(gate)
+        .with_limits(limits);
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let expires_ms = (now + Duration::from_secs(3600)).as_millis() as u64;
     runtime().block_on(async {
