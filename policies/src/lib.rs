@@ -64,6 +64,7 @@ pub mod granary;
 pub mod hpa;
 pub mod idle;
 pub mod inputs;
+pub mod placement;
 pub mod policy;
 pub mod policy_kind;
 pub mod report;

@@ -1,0 +1,118 @@
+//! Placement: whether a pipeline's final `float32` `image.normalize` runs in the trainer's
+//! client or on the workers.
+//!
+//! The normalization quadruples an image's bytes (one `uint8` per value in, one `float32` out)
+//! and costs a pass over them. Run in the client, the wire carries a quarter of the bytes and the
+//! workers skip the pass, which pays when the trainer's host has CPU to spare (Pecan, ATC'24,
+//! reports the trainers' idle cores as most of the saving). When the host is busy (the trainer
+//! itself computes on its CPUs, or other jobs share it) the pass would slow the trainer down, so
+//! the workers run it. The values are the same bits either way.
+//!
+//! The rule, per job, from its consumers' heartbeats:
+//! - while the clients finish, the job stays on them as long as every consumer's host keeps at
+//!   least [`RESERVE_CORES`] idle (what the hosts measure already excludes the finishing);
+//! - while the workers finish, the job moves to the clients once every consumer's host has the
+//!   cores finishing took it when it last did (or [`ASSUMED_FINISH_CORES`] before it ever did)
+//!   plus the reserve plus [`HYSTERESIS_CORES`], so that a host at the edge does not flap;
+//! - a consumer that reports no idle figure (its host cannot measure it) counts as having room,
+//!   which is how clients that predate placement were served.
+
+/// Where the final normalization runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Place {
+    /// In the trainer's client (the default: the wire carries a quarter of the bytes).
+    #[default]
+    Client,
+    /// On the workers.
+    Workers,
+}
+
+/// Idle cores a consumer's host keeps, at least, while its client finishes tensors.
+pub const RESERVE_CORES: f64 = 0.5;
+/// How many more idle cores than the reserve plus the finishing's cost it takes to move work to
+/// the clients.
+pub const HYSTERESIS_CORES: f64 = 0.25;
+/// The finishing's cost assumed for a client that never finished tensors yet.
+pub const ASSUMED_FINISH_CORES: f64 = 0.25;
+
+/// What one consumer's client reported.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostLoad {
+    /// Cores its host left idle over the last interval; `None` when it cannot measure them.
+    pub idle_cores: Option<f64>,
+    /// Cores finishing took the client when it last finished tensors; `None` before it did.
+    pub last_finish_cores: Option<f64>,
+}
+
+/// Where a job's normalization runs next, from where it runs now and its consumers' loads.
+pub fn place(current: Place, consumers: &[HostLoad]) -> Place {
+    let fits = |load: &HostLoad| -> bool {
+        let Some(idle) = load.idle_cores.filter(|i| i.is_finite()) else { return true };
+        match current {
+            Place::Client => idle >= RESERVE_CORES,
+            Place::Workers => {
+                let need = load.last_finish_cores.filter(|c| c.is_finite()).unwrap_or(ASSUMED_FINISH_CORES);
+                idle >= need.max(0.0) + RESERVE_CORES + HYSTERESIS_CORES
+            }
+        }
+    };
+    if consumers.iter().all(fits) { Place::Client } else { Place::Workers }
+}
+
+/// What a consumer's latest report says about its finishing cost: the cores it spent, when it
+/// was finishing (more than nothing), else what was known before.
+pub fn remembered_finish_cores(before: Option<f64>, reported: f64) -> Option<f64> {
+    if reported.is_finite() && reported > 0.0 { Some(reported) } else { before }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(idle: f64, last: Option<f64>) -> HostLoad {
+        HostLoad { idle_cores: Some(idle), last_finish_cores: last }
+    }
+
+    #[test]
+    fn an_idle_host_finishes_and_a_busy_one_leaves_it_to_the_workers() {
+        assert_eq!(place(Place::Client, &[load(2.0, Some(0.3))]), Place::Client);
+        assert_eq!(place(Place::Client, &[load(0.1, Some(0.3))]), Place::Workers, "the trainer took the CPU");
+    }
+
+    #[test]
+    fn work_comes_back_to_the_client_only_with_room_for_it_and_a_margin() {
+        // Finishing took 0.4 cores: back at 0.4 + 0.5 + 0.25 idle, not before.
+        assert_eq!(place(Place::Workers, &[load(1.0, Some(0.4))]), Place::Workers);
+        assert_eq!(place(Place::Workers, &[load(1.2, Some(0.4))]), Place::Client);
+        // Never finished yet: the assumed cost.
+        assert_eq!(place(Place::Workers, &[load(0.9, None)]), Place::Workers);
+        assert_eq!(place(Place::Workers, &[load(1.0, None)]), Place::Client);
+    }
+
+    #[test]
+    fn the_edge_does_not_flap() {
+        // 0.6 idle while finishing: stays; the same host after moving does not come back at 0.6.
+        assert_eq!(place(Place::Client, &[load(0.6, Some(0.3))]), Place::Client);
+        assert_eq!(place(Place::Workers, &[load(0.6, Some(0.3))]), Place::Workers);
+    }
+
+    #[test]
+    fn every_consumer_must_have_room_and_an_unmeasured_one_has_it() {
+        let busy = load(0.0, None);
+        let unmeasured = HostLoad { idle_cores: None, last_finish_cores: None };
+        assert_eq!(place(Place::Client, &[load(3.0, None), busy]), Place::Workers);
+        assert_eq!(place(Place::Client, &[unmeasured]), Place::Client);
+        assert_eq!(place(Place::Workers, &[unmeasured, load(3.0, None)]), Place::Client);
+        assert_eq!(place(Place::Client, &[]), Place::Client, "no consumer yet");
+        let nan = HostLoad { idle_cores: Some(f64::NAN), last_finish_cores: Some(f64::NAN) };
+        assert_eq!(place(Place::Workers, &[nan]), Place::Client, "a figure that is not one is no figure");
+    }
+
+    #[test]
+    fn the_finishing_cost_is_remembered_from_when_the_client_finished() {
+        assert_eq!(remembered_finish_cores(None, 0.3), Some(0.3));
+        assert_eq!(remembered_finish_cores(Some(0.3), 0.0), Some(0.3), "the workers finish now");
+        assert_eq!(remembered_finish_cores(Some(0.3), f64::NAN), Some(0.3));
+        assert_eq!(remembered_finish_cores(None, 0.0), None);
+    }
+}
