@@ -87,6 +87,36 @@ impl Batch {
     }
 }
 
+/// Joins pieces of which some carry a deferred normalization: all deferred ones are normalized
+/// into the batch's buffer at once; a slot whose parts were placed differently (the worker
+/// normalized some, per its lease, and left others to the client) has each deferred piece
+/// normalized, and then the pieces joined.
+fn finish_and_join(pieces: &[granary_proto::v1::Tensor]) -> Result<Tensor, String> {
+    if pieces.iter().all(|p| p.normalize.is_some() && p.normalize == pieces[0].normalize) {
+        let rows = pieces.iter().map(|p| p.shape.first().copied().unwrap_or_default()).sum();
+        return crate::expand::normalize(pieces, rows);
+    }
+    let finished = pieces
+        .iter()
+        .map(|piece| match &piece.normalize {
+            None => Ok(piece.clone()),
+            Some(_) => {
+                let rows = piece.shape.first().copied().unwrap_or_default();
+                let done = crate::expand::normalize(std::slice::from_ref(piece), rows)?;
+                Ok(granary_proto::v1::Tensor {
+                    name: done.name,
+                    dtype: done.dtype,
+                    shape: done.shape.iter().map(|&d| d as u64).collect(),
+                    data: done.data,
+                    normalize: None,
+                    padding: piece.padding.clone(),
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    join(finished)
+}
+
 /// Joins the pieces of one tensor (one per part, same name, dtype and row shape) along rows.
 fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
     let Some(head) = pieces.first() else {
@@ -95,6 +125,12 @@ fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
     let trailing = head.shape.get(1..).unwrap_or_default();
     let mut rows = 0u64;
     let mut bytes = 0usize;
+    if pieces.iter().any(|p| p.normalize.is_some()) {
+        let started = std::time::Instant::now();
+        let joined = finish_and_join(&pieces);
+        crate::host::finished_since(started);
+        return joined;
+    }
     for tensor in &pieces {
         if tensor.name != head.name || tensor.dtype != head.dtype || tensor.normalize != head.normalize {
             return Err(format!(
@@ -110,9 +146,6 @@ fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
         }
         rows += tensor.shape.first().copied().unwrap_or_default();
         bytes += tensor.data.len();
-    }
-    if head.normalize.is_some() {
-        return crate::expand::normalize(&pieces, rows);
     }
     let shape = std::iter::once(rows).chain(trailing.iter().copied()).collect::<Vec<_>>();
     let shape = dimensions(&shape)?;
@@ -210,6 +243,54 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// A part of `rows` 2×2 RGB images, left for the client to normalize to CHW.
+    fn image_part(split: u64, rows: u64, seed: u8) -> BatchPart {
+        let n = rows as usize * 12;
+        BatchPart {
+            epoch: 0,
+            split,
+            lo: 0,
+            hi: rows,
+            slot: 0,
+            keys: (0..rows).map(|i| format!("{split}/{i}")).collect(),
+            tensors: vec![granary_proto::v1::Tensor {
+                name: "image".into(),
+                dtype: "uint8".into(),
+                shape: vec![rows, 2, 2, 3],
+                data: Bytes::from(
+                    (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect::<Vec<_>>(),
+                ),
+                normalize: Some(granary_proto::v1::Normalize {
+                    mean: vec![0.485, 0.456, 0.406],
+                    std: vec![0.229, 0.224, 0.225],
+                    layout: "CHW".into(),
+                }),
+                padding: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_slot_whose_parts_were_finished_in_different_places_gets_the_same_bits() {
+        let (a, b) = (image_part(1, 2, 3), image_part(2, 3, 90));
+        let client = Batch::from_parts(0, 0, vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(client.tensors[0].dtype, "float32");
+        assert_eq!(client.tensors[0].shape, vec![5, 3, 2, 2]);
+        // The first part as a worker sends it when placement put the normalization there.
+        let on_worker = Batch::from_parts(0, 0, vec![a.clone()]).unwrap().tensors.remove(0);
+        let mut worker_part = a;
+        worker_part.tensors[0] = granary_proto::v1::Tensor {
+            name: "image".into(),
+            dtype: "float32".into(),
+            shape: vec![2, 3, 2, 2],
+            data: on_worker.data,
+            normalize: None,
+            padding: None,
+        };
+        let mixed = Batch::from_parts(0, 0, vec![worker_part, b]).unwrap();
+        assert_eq!(mixed.tensors, client.tensors);
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod endpoint;
 mod error;
 mod expand;
 mod heartbeat;
+mod host;
 mod metrics;
 mod mode;
 mod options;

@@ -1,11 +1,12 @@
 //! State the client shares with its background tasks: who it is and how far it got.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use granary_proto::v1::{ClientHeartbeatRequest, ResumePoint, SlotRange};
 
+use crate::host::HostSampler;
 use crate::metrics::StepMetrics;
 use crate::mode::Mode;
 use crate::position::{POSITION_VERSION, Position};
@@ -39,6 +40,8 @@ pub(crate) struct Progress {
     pub(crate) finished: bool,
     /// Step and wait times.
     pub(crate) metrics: StepMetrics,
+    /// The host's idle cores and this client's finishing work, for placement.
+    pub(crate) host: HostSampler,
 }
 
 /// The registered consumer, its dispatcher session and its progress.
@@ -56,6 +59,8 @@ pub(crate) struct Session {
     /// The largest stream message accepted from a worker.
     max_part_bytes: AtomicUsize,
     progress: Mutex<Progress>,
+    /// Every worker listed is on this host (a loopback address): see [`Session::heartbeat`].
+    workers_here: AtomicBool,
 }
 
 impl Session {
@@ -73,6 +78,7 @@ impl Session {
             buffered: 0,
             finished: false,
             metrics: StepMetrics::new(Instant::now()),
+            host: HostSampler::new(Instant::now()),
         };
         Session {
             consumer,
@@ -81,6 +87,7 @@ impl Session {
             capability: Mutex::new(String::new()),
             tls: Mutex::new(None),
             max_part_bytes: AtomicUsize::new(granary_proto::MAX_MESSAGE_BYTES),
+            workers_here: AtomicBool::new(false),
             progress: Mutex::new(progress),
         }
     }
@@ -178,13 +185,30 @@ impl Session {
         !progress.finished && progress.buffered < READY_LIMIT
     }
 
+    /// The workers the consumer reads from now: whether all are on this host.
+    pub(crate) fn note_workers<'a>(&self, addresses: impl IntoIterator<Item = &'a String>) {
+        let mut any = false;
+        let all_here = addresses.into_iter().all(|a| {
+            any = true;
+            crate::host::is_loopback(a)
+        });
+        self.workers_here.store(any && all_here, Ordering::Relaxed);
+    }
+
     /// A heartbeat with the progress and the metrics since the last one; it asks for data as
     /// [`Session::wants_data`] says.
     pub(crate) fn heartbeat(&self) -> ClientHeartbeatRequest {
         let client_id = self.client_id();
         let mut progress = self.progress();
         let buffered = progress.buffered;
-        let metrics = progress.metrics.report(Instant::now(), buffered);
+        let now = Instant::now();
+        let metrics = progress.metrics.report(now, buffered);
+        let mut host = progress.host.sample(now);
+        // Moving work to workers that share this host's cores would only add the wire's copies
+        // on those cores: report no idle figure, which leaves the finishing here.
+        if self.workers_here.load(Ordering::Relaxed) {
+            host.idle_cores = None;
+        }
         ClientHeartbeatRequest {
             client_id,
             pipeline: self.consumer.pipeline.clone(),
@@ -195,6 +219,8 @@ impl Session {
             metrics: Some(metrics),
             finished: progress.finished,
             wants_data: !progress.finished && buffered < READY_LIMIT,
+            host_idle_cores: host.idle_cores,
+            finish_cores: host.finish_cores,
         }
     }
 }

@@ -63,6 +63,7 @@ impl WorkerStreams {
             .map(|worker| worker.address.trim().to_owned())
             .filter(|address| !address.is_empty())
             .collect();
+        self.session.note_workers(&addresses);
         self.listed.send_replace(addresses.clone());
         self.tasks.retain(|_, task| !task.is_finished());
         for address in addresses {

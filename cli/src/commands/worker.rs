@@ -30,9 +30,10 @@ pub struct WorkerArgs {
     pub prefetch_bytes: String,
     #[command(flatten)]
     pub python: crate::args::PythonArg,
-    /// Apply a final `float32` `image.normalize` here and send `float32` tensors. By default the
-    /// worker sends the `uint8` pixels (a quarter of the bytes) and the client applies it, with
-    /// the same tables and so the same bits.
+    /// Apply a final `float32` `image.normalize` here, always, and send `float32` tensors. By
+    /// default placement decides per job: the worker sends the `uint8` pixels (a quarter of the
+    /// bytes) for the client to finish while the trainer's host has idle cores, and normalizes
+    /// them itself, with the same tables and so the same bits, when it has none.
     #[arg(long)]
     pub normalize_on_worker: bool,
     /// Serve Prometheus metrics at `GET /metrics` on ADDR.

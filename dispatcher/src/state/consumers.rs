@@ -4,6 +4,7 @@ use super::demand::Demand;
 use super::tallies::{SessionSeen, TrainerTotals};
 use super::{Consumer, DispatchError, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
+use granary_policies::placement::{HostLoad, Place, remembered_finish_cores};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -98,6 +99,7 @@ impl State {
                 failures: BTreeMap::new(),
                 last_alive: 0,
                 journaled,
+                place: Place::default(),
             },
         );
         Ok(())
@@ -204,6 +206,7 @@ impl State {
                 metrics: None,
                 seen: SessionSeen::default(),
                 demand: Demand::registered(now, req.wants_data, &self.timing),
+                host: HostLoad { idle_cores: None, last_finish_cores: None },
             },
         );
         if req.wants_data {
@@ -281,6 +284,10 @@ impl State {
             // epoch-start heartbeat would otherwise undo `finished`).
             let progressed = (req.finished, req.epoch, req.delivered) > (c.finished, c.epoch, c.delivered);
             asks = c.demand.heartbeat(now, req.wants_data, progressed, &timing);
+            c.host = HostLoad {
+                idle_cores: req.host_idle_cores,
+                last_finish_cores: remembered_finish_cores(c.host.last_finish_cores, req.finish_cores),
+            };
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
                 // Epochs are leased at most one ahead of the slowest consumer: a new epoch
                 // may open the next one to leasing.
@@ -296,6 +303,7 @@ impl State {
                 });
             }
         }
+        job.place_normalization(&req.pipeline, &req.job);
         // Epochs every consumer is past are no longer needed.
         let slowest = job.slowest_epoch(epochs);
         job.epochs.retain(|&e, _| e + 1 >= slowest);

@@ -9,6 +9,7 @@ mod consumers;
 mod demand;
 mod events;
 mod leases;
+mod placement;
 mod skips;
 mod tallies;
 
@@ -22,6 +23,7 @@ pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
 use crate::plan::{EpochPlan, MixPlan, MixStop, Mode, PlanSettings};
+use granary_policies::placement::{HostLoad, Place};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -290,6 +292,8 @@ pub(crate) struct Consumer {
     pub(crate) seen: tallies::SessionSeen,
     /// Whether it asks for data (see [`demand`]).
     pub(crate) demand: demand::Demand,
+    /// What its host reported, for placement.
+    pub(crate) host: HostLoad,
 }
 
 /// The failed attempts at one split of one epoch, and the last one's worker and error.
@@ -318,6 +322,8 @@ pub(crate) struct Job {
     /// must keep (its consumers register again and make it anew), and a job that is joined and
     /// never read costs no journal write, neither made nor collected.
     pub(crate) journaled: bool,
+    /// Where the final normalization runs for the job's next leases ([`placement`]).
+    pub(crate) place: Place,
 }
 
 impl Job {

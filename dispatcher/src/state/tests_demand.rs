@@ -5,7 +5,7 @@
 use super::*;
 use granary_proto::v1 as pb;
 
-fn setup(splits: usize) -> (State, String) {
+pub(super) fn setup(splits: usize) -> (State, String) {
     setup_epochs(splits, 1)
 }
 
@@ -37,7 +37,7 @@ fn join_asking(s: &mut State, job: &str, wants_data: bool, now: u64) -> pb::Regi
 }
 
 /// Joins `job` as the clients do: reading at once.
-fn join(s: &mut State, job: &str, now: u64) -> pb::RegisterClientResponse {
+pub(super) fn join(s: &mut State, job: &str, now: u64) -> pb::RegisterClientResponse {
     join_asking(s, job, true, now)
 }
 

@@ -6,13 +6,14 @@
 //! ([`CountedSplit`]): the agent reports its count to the dispatcher, and delivers it once the
 //! dispatcher answers with its parts.
 
+use super::finish::Deferred;
 use super::metrics::Counters;
 use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
 use crate::batch::Batch;
 use crate::cache::CacheOutcome;
 use crate::executor::Skips;
-use granary_proto::v1::{self as pb, Lease, Normalize, SplitEnd};
+use granary_proto::v1::{self as pb, Lease, SplitEnd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
@@ -90,8 +91,9 @@ pub(crate) struct Job {
 pub(crate) struct Delivery {
     /// Consumer queues, counters and the agent's events.
     pub(crate) sinks: Sinks,
-    /// The image field whose final normalization the consumers apply, and its parameters.
-    pub(crate) deferred: Option<(String, Normalize)>,
+    /// The final normalization the engine left out: the consumers finish it, or this worker
+    /// does when the lease says so.
+    pub(crate) deferred: Option<Deferred>,
     /// Elements per batch.
     pub(crate) batch_size: usize,
 }
@@ -104,10 +106,8 @@ impl Delivery {
     /// Queues a part for each of its consumers (never waiting for room: see [`super::queues`]).
     pub(crate) fn push(&self, job: &Job, routed: Routed) {
         let Routed { consumers, mut part } = routed;
-        if let Some((field, normalize)) = &self.deferred {
-            for tensor in part.tensors.iter_mut().filter(|t| t.name == *field) {
-                tensor.normalize = Some(normalize.clone());
-            }
+        if let Some(deferred) = &self.deferred {
+            deferred.apply(&mut part.tensors, job.lease.normalize_on_worker);
         }
         let last = consumers.len().saturating_sub(1);
         let mut part = Some(part);

@@ -18,6 +18,7 @@
 mod agent;
 mod delivery;
 pub mod exposition;
+mod finish;
 mod leases;
 mod metrics;
 mod pacing;

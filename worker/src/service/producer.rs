@@ -8,15 +8,16 @@
 
 use super::delivery::{CountedSplit, Delivery, Job};
 use super::delivery::{Event, Sinks};
+use super::finish::Deferred;
 use super::metrics::StageSource;
 use super::router::SplitRouter;
 use crate::cache::EngineCache;
 use crate::cache::profile::{Limits, Profiler};
-use crate::engine::{DeferredNormalize, Engine, EngineError, EngineOptions};
+use crate::engine::{Engine, EngineError, EngineOptions};
 use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
-use granary_proto::v1::{self as pb, CacheMode, Lease, Normalize, PipelineInfo};
+use granary_proto::v1::{self as pb, CacheMode, Lease, PipelineInfo};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -138,7 +139,7 @@ impl Producer {
                 if opened_tx.send(Ok(opened)).is_err() {
                     return;
                 }
-                let deferred = engine.deferred().map(|d| (d.field.clone(), normalize_message(d)));
+                let deferred = engine.deferred().map(Deferred::new);
                 let sinks = runner.delivery.sinks.clone();
                 let delivery = Arc::new(Delivery { sinks, deferred, batch_size: engine.batch_size() });
                 let runner = Runner { delivery, ..runner };
@@ -375,18 +376,5 @@ impl Runner {
             culprit,
             error: error.to_string(),
         });
-    }
-}
-
-/// The wire form of a normalization left to the consumers.
-fn normalize_message(deferred: &DeferredNormalize) -> Normalize {
-    Normalize {
-        mean: deferred.mean.to_vec(),
-        std: deferred.std.to_vec(),
-        layout: match deferred.layout {
-            granary_crds::ops::image::Layout::HWC => "HWC",
-            granary_crds::ops::image::Layout::CHW => "CHW",
-        }
-        .to_string(),
     }
 }

@@ -438,6 +438,7 @@ mod tests {
             cache: None,
             count_first: false,
             listed: 10,
+            normalize_on_worker: false,
         }
     }
 

@@ -1,0 +1,145 @@
+//! What the trainer's host has to spare, for placement: its idle cores over the last interval,
+//! and the cores this client spent finishing tensors the workers left to it. The dispatcher
+//! moves a pipeline's final normalization to the workers when the host is busy and back when it
+//! has room again (`granary_policies::placement`).
+//!
+//! Idle cores come from the kernel's counters (`/proc/stat`: idle and I/O-wait time of all
+//! CPUs), so they count every process of the host, the trainer's own included. Where the file
+//! cannot be read (another OS), the figure is left unset and the dispatcher treats the host as
+//! having room, as it did before placement.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Nanoseconds this process spent finishing tensors (a deferred normalization), all sessions.
+static FINISH_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `started.elapsed()` as time spent finishing tensors.
+pub(crate) fn finished_since(started: Instant) {
+    let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    FINISH_NANOS.fetch_add(nanos, Ordering::Relaxed);
+}
+
+/// The kernel's clock ticks a second (`USER_HZ`, 100 on every Linux architecture).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// Idle and I/O-wait ticks of all CPUs together, from the text of `/proc/stat`.
+fn idle_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait ...
+    Some(fields.get(3)? + fields.get(4).copied().unwrap_or(0))
+}
+
+/// Whether a worker's `host:port` (or `http(s)://host:port`) is on this host by its name: a
+/// loopback address or `localhost`.
+pub(crate) fn is_loopback(address: &str) -> bool {
+    let rest = address.split_once("://").map_or(address, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Samples the host between heartbeats.
+#[derive(Debug)]
+pub(crate) struct HostSampler {
+    last: Option<(Instant, u64)>,
+    finish_nanos: u64,
+    finish_at: Instant,
+}
+
+/// What one sample found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct HostSample {
+    /// Idle cores over the interval; `None` when unmeasured.
+    pub(crate) idle_cores: Option<f64>,
+    /// Cores spent finishing tensors over the interval.
+    pub(crate) finish_cores: f64,
+}
+
+impl HostSampler {
+    pub(crate) fn new(now: Instant) -> HostSampler {
+        HostSampler { last: None, finish_nanos: FINISH_NANOS.load(Ordering::Relaxed), finish_at: now }
+    }
+
+    /// The figures since the previous sample (idle cores from the second sample on).
+    pub(crate) fn sample(&mut self, now: Instant) -> HostSample {
+        let ticks = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(idle_ticks);
+        let idle_cores = self.idle_between(now, ticks);
+        let nanos = FINISH_NANOS.load(Ordering::Relaxed);
+        let seconds = now.saturating_duration_since(self.finish_at).as_secs_f64();
+        let finish_cores =
+            if seconds > 0.0 { nanos.saturating_sub(self.finish_nanos) as f64 / 1e9 / seconds } else { 0.0 };
+        (self.finish_nanos, self.finish_at) = (nanos, now);
+        HostSample { idle_cores, finish_cores }
+    }
+
+    fn idle_between(&mut self, now: Instant, ticks: Option<u64>) -> Option<f64> {
+        let Some(ticks) = ticks else {
+            self.last = None;
+            return None;
+        };
+        let before = self.last.replace((now, ticks));
+        let (at, was) = before?;
+        let seconds = now.saturating_duration_since(at).as_secs_f64();
+        // Under a tenth of a second the ticks are too coarse to tell.
+        (seconds >= 0.1).then(|| ticks.saturating_sub(was) as f64 / TICKS_PER_SECOND / seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn loopback_workers_are_told_by_their_address() {
+        for here in
+            ["127.0.0.1:7071", "http://127.0.0.2:1/", "localhost:9", "https://[::1]:7071", "LOCALHOST:1"]
+        {
+            assert!(is_loopback(here), "{here}");
+        }
+        for there in ["10.0.0.5:7071", "http://worker-0.granary:7071", "[2001:db8::1]:1", "example.com", ""] {
+            assert!(!is_loopback(there), "{there}");
+        }
+    }
+
+    #[test]
+    fn idle_ticks_are_the_idle_and_iowait_columns_of_the_cpu_line() {
+        let stat = "cpu  100 5 50 1000 20 0 3 0 0 0\ncpu0 50 2 25 500 10 0 1 0 0 0\nintr 1\n";
+        assert_eq!(idle_ticks(stat), Some(1020));
+        assert_eq!(idle_ticks("cpu0 1 2 3 4\n"), None, "no total line");
+        assert_eq!(idle_ticks("cpu  1 2 x 4 5\n"), None);
+    }
+
+    #[test]
+    fn idle_cores_are_the_idle_ticks_over_the_interval() {
+        let t0 = Instant::now();
+        let mut s = HostSampler::new(t0);
+        assert_eq!(s.idle_between(t0, Some(1_000)), None, "the first sample has nothing to compare");
+        // 300 idle ticks in 2 s: 1.5 cores.
+        assert_eq!(s.idle_between(t0 + Duration::from_secs(2), Some(1_300)), Some(1.5));
+        assert_eq!(s.idle_between(t0 + Duration::from_millis(2_050), Some(1_310)), None, "too short");
+        assert_eq!(s.idle_between(t0 + Duration::from_secs(3), None), None, "unreadable");
+    }
+
+    #[test]
+    fn a_live_sample_measures_this_host() {
+        let t0 = Instant::now();
+        let mut s = HostSampler::new(t0);
+        s.sample(t0);
+        std::thread::sleep(Duration::from_millis(150));
+        let sample = s.sample(Instant::now());
+        if std::path::Path::new("/proc/stat").exists() {
+            let idle = sample.idle_cores.expect("measured on Linux");
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            // Counters of all CPUs of the host, which may have more than this process may use.
+            assert!(idle >= 0.0 && idle.is_finite(), "{idle} of {cores}");
+        }
+        assert!(sample.finish_cores >= 0.0);
+    }
+}
