@@ -47,7 +47,10 @@ pub(crate) fn is_loopback(address: &str) -> bool {
 /// Samples the host between heartbeats.
 #[derive(Debug)]
 pub(crate) struct HostSampler {
+    /// When the idle ticks were last read, and their count then.
     last: Option<(Instant, u64)>,
+    /// The idle cores measured then.
+    idle: Option<f64>,
     finish_nanos: u64,
     finish_at: Instant,
 }
@@ -63,10 +66,16 @@ pub(crate) struct HostSample {
 
 impl HostSampler {
     pub(crate) fn new(now: Instant) -> HostSampler {
-        HostSampler { last: None, finish_nanos: FINISH_NANOS.load(Ordering::Relaxed), finish_at: now }
+        HostSampler {
+            last: None,
+            idle: None,
+            finish_nanos: FINISH_NANOS.load(Ordering::Relaxed),
+            finish_at: now,
+        }
     }
 
-    /// The figures since the previous sample (idle cores from the second sample on).
+    /// The figures since the previous sample (idle cores from the second sample on; a sample
+    /// too soon after the one before repeats its idle figure).
     pub(crate) fn sample(&mut self, now: Instant) -> HostSample {
         let ticks = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(idle_ticks);
         let idle_cores = self.idle_between(now, ticks);
@@ -80,14 +89,22 @@ impl HostSampler {
 
     fn idle_between(&mut self, now: Instant, ticks: Option<u64>) -> Option<f64> {
         let Some(ticks) = ticks else {
-            self.last = None;
+            (self.last, self.idle) = (None, None);
             return None;
         };
-        let before = self.last.replace((now, ticks));
-        let (at, was) = before?;
+        let Some((at, was)) = self.last else {
+            self.last = Some((now, ticks));
+            return None;
+        };
         let seconds = now.saturating_duration_since(at).as_secs_f64();
-        // Under a tenth of a second the ticks are too coarse to tell.
-        (seconds >= 0.1).then(|| ticks.saturating_sub(was) as f64 / TICKS_PER_SECOND / seconds)
+        // Under a tenth of a second the ticks are too coarse to tell: keep the last figure, and
+        // measure the next one from the same reading. (A heartbeat sent early, as a consumer
+        // registers again, would otherwise report the host unmeasured, which counts as room.)
+        if seconds >= 0.1 {
+            self.idle = Some(ticks.saturating_sub(was) as f64 / TICKS_PER_SECOND / seconds);
+            self.last = Some((now, ticks));
+        }
+        self.idle
     }
 }
 
@@ -123,8 +140,15 @@ mod tests {
         assert_eq!(s.idle_between(t0, Some(1_000)), None, "the first sample has nothing to compare");
         // 300 idle ticks in 2 s: 1.5 cores.
         assert_eq!(s.idle_between(t0 + Duration::from_secs(2), Some(1_300)), Some(1.5));
-        assert_eq!(s.idle_between(t0 + Duration::from_millis(2_050), Some(1_310)), None, "too short");
+        assert_eq!(
+            s.idle_between(t0 + Duration::from_millis(2_050), Some(1_310)),
+            Some(1.5),
+            "too soon: as before"
+        );
+        // 0.5 s after the reading at 2 s, not after the early one: 10 idle ticks, 0.2 cores.
+        assert_eq!(s.idle_between(t0 + Duration::from_millis(2_500), Some(1_310)), Some(0.2));
         assert_eq!(s.idle_between(t0 + Duration::from_secs(3), None), None, "unreadable");
+        assert_eq!(s.idle_between(t0 + Duration::from_secs(4), Some(1_400)), None, "measured afresh");
     }
 
     #[test]
