@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Placement on one many-core machine: a trainer process on 2 cores of its own reads from 1 worker
+# on 2 other cores, with placement on (the default: the trainer's client finishes the final
+# float32 normalization while its host has idle cores) and off (`granary worker
+# --normalize-on-worker`), in alternating runs; then once more with placement on while the rest
+# of the machine is made busy for 12 s, printing the dispatcher's placement decisions. See
+# bench/README.md (*Placement*).
+#
+#   cargo build --release -p granary-cli && cargo build -p granary-e2e --bin granary-e2e-consume
+#   bench/placement.sh
+#
+# The worker advertises the machine's first address (`hostname -I`), not loopback: a client
+# reading only from loopback workers keeps the finishing whatever its host's load. Needs 16
+# cores (WORKER_CORES, TRAINER_CORES, DISPATCHER_CORES, BUSY_CORES name them), `taskset`, and
+# python3 (to count the trainer's elements). LISTEN, IP, IMAGES and WINDOW ("FROM TO", seconds) try it
+# small on loopback.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET=${CARGO_TARGET_DIR:-target}
+GRANARY=${GRANARY:-$TARGET/release/granary}
+CONSUME=${CONSUME:-$TARGET/debug/granary-e2e-consume}
+WORKER_CORES=${WORKER_CORES:-0,1}
+TRAINER_CORES=${TRAINER_CORES:-2,3}
+DISPATCHER_CORES=${DISPATCHER_CORES:-4}
+BUSY_CORES=${BUSY_CORES:-$(seq -s ' ' 2 15)}
+WINDOW=${WINDOW:-8 38}
+IP=${IP:-$(hostname -I | awk '{print $1}')}
+WORK=$(mktemp -d)
+trap 'pkill -P $$ || true; rm -rf "$WORK"' EXIT
+
+"$GRANARY" demo --dir "$WORK/data" --images "${IMAGES:-2000}" --image-scale 2 --no-run > /dev/null
+URL=file://$WORK/data/images/train/
+
+# Elements a second the consumer's JSON lines hold between two times (seconds after the start).
+count() {
+  python3 -c '
+import json, sys, time
+start, (lo, hi), n = time.monotonic(), map(float, sys.argv[1:3]), 0
+for line in sys.stdin:
+    t = time.monotonic() - start
+    if t >= hi:
+        break
+    if t >= lo:
+        n += len(json.loads(line).get("keys", []))
+print(f"{n / (hi - lo):.1f}")' "$@"
+}
+
+# One run: $1 its label, $2 extra worker flags, $3 seconds before the machine is made busy (0:
+# never).
+run() {
+  GRANARY_LOG=granary_dispatcher=info taskset -c "$DISPATCHER_CORES" "$GRANARY" run bench/imagenet-float32.yaml \
+    --serve 127.0.0.1:0 --workers 0 --epochs 1000 --set "spec.source.url=$URL" > "$WORK/ready" 2> "$WORK/dispatcher.log" &
+  local dispatcher=$!
+  for _ in $(seq 100); do grep -q dispatcher "$WORK/ready" && break; sleep 0.1; done
+  local address
+  address=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["dispatcher"])' "$WORK/ready")
+  # shellcheck disable=SC2086
+  taskset -c "$WORKER_CORES" "$GRANARY" worker --dispatcher "$address" --threads 2 --listen "${LISTEN:-0.0.0.0}:7071" \
+    --advertise "$IP:7071" $2 2> "$WORK/worker.log" &
+  local worker=$!
+  if [ "$3" != 0 ]; then
+    (sleep "$3"; for c in $BUSY_CORES; do taskset -c "$c" timeout 12 sh -c 'while :; do :; done' & done; wait) &
+  fi
+  local rate
+  # shellcheck disable=SC2086
+  rate=$(taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null | count $WINDOW || true)
+  echo "$1: $rate elements/s"
+  kill "$worker" "$dispatcher" 2> /dev/null || true
+  wait "$worker" "$dispatcher" 2> /dev/null || true
+  sleep 1
+  grep -h "placement:" "$WORK/dispatcher.log" | sed 's/^.*placement: //' || true
+}
+
+for _ in 1 2; do
+  run "placement on" "" 0
+  run "placement off (--normalize-on-worker)" "--normalize-on-worker" 0
+done
+run "placement on, the machine made busy at 15 s for 12 s" "" 15
