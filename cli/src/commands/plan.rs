@@ -54,8 +54,9 @@ pub fn explain(manifest: &granary_crds::Manifest, file: &str) -> String {
         && n.dtype == granary_crds::ops::ImageDType::Float32
     {
         out.push_str(
-            "placement: when served, the final float32 normalization runs in the trainer's client, so the \
-             wire carries uint8 pixels (a quarter of the bytes); the result is bit-identical\n",
+            "placement: when served, the final float32 normalization runs in the trainer's client while \
+             its host has idle cores, so the wire carries uint8 pixels (a quarter of the bytes), and on \
+             the workers while it has none; the result is bit-identical\n",
         );
     }
     out
