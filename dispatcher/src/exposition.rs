@@ -34,6 +34,7 @@ pub struct Exposition {
     lost: IntCounterVec,
     consumers: GaugeVec,
     epoch: GaugeVec,
+    normalize_on_worker: GaugeVec,
     batches: IntCounterVec,
     demand: GaugeVec,
     buffered: GaugeVec,
@@ -110,6 +111,12 @@ impl Exposition {
             epoch: gauges(
                 "granary_dispatcher_job_epoch",
                 "Epoch of the trainer job's slowest consumer.",
+                &JOB,
+            )?,
+            normalize_on_worker: gauges(
+                "granary_dispatcher_job_normalize_on_worker",
+                "1 while the workers apply the pipeline's final float32 normalization for the trainer \
+                 job (placement: its trainers' hosts have no idle cores), 0 while its clients do.",
                 &JOB,
             )?,
             batches: counters(
@@ -234,6 +241,7 @@ impl Exposition {
             &self.desired,
             &self.consumers,
             &self.epoch,
+            &self.normalize_on_worker,
             &self.demand,
             &self.buffered,
             &self.cache_state,
@@ -303,6 +311,9 @@ impl Exposition {
             let labels = [namespace, name, job.job.as_str()];
             self.consumers.with_label_values(&labels).set(f64::from(job.consumers));
             self.epoch.with_label_values(&labels).set(f64::from(job.epoch));
+            self.normalize_on_worker
+                .with_label_values(&labels)
+                .set(f64::from(u8::from(job.normalize_on_worker)));
         }
         for (job, totals) in dispatcher.trainer_totals(pipeline) {
             let labels = [namespace, name, job.as_str()];

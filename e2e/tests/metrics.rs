@@ -33,6 +33,15 @@ fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
         Some(1.0),
         "{body}"
     );
+    // Its client reads from a worker on this host (loopback), so the client keeps any finishing.
+    assert_eq!(
+        sample(
+            &body,
+            "granary_dispatcher_job_normalize_on_worker{namespace=\"local\",pipeline=\"e2e\",trainer_job=\"e2e\"}"
+        ),
+        Some(0.0),
+        "{body}"
+    );
     assert!(c.finish(Duration::from_secs(60)), "consumer did not finish");
     assert_exactly_once(&c.seen, &data.keys, 1);
     let body = scrape(&dispatcher_metrics);

@@ -346,6 +346,7 @@ mod tests {
 
     fn job(epoch: u32, declared: u32, finished: u32) -> JobProgress {
         JobProgress {
+            normalize_on_worker: false,
             job: "j".into(),
             consumers: declared,
             declared,

@@ -422,6 +422,9 @@ pub struct JobProgress {
     pub mode: Mode,
     /// Batches each consumer gets per epoch (about: the last round may be split).
     pub batches_per_epoch: u64,
+    /// Whether the workers apply the final normalization for it now (placement), rather than
+    /// its clients.
+    pub normalize_on_worker: bool,
 }
 
 /// How many times a pipeline's splits were leased, completed, and put back in the queue (given
@@ -680,6 +683,7 @@ impl State {
                     };
                     batches.div_ceil(sharing)
                 },
+                normalize_on_worker: job.normalize_on_worker(),
             })
             .collect()
     }
