@@ -87,51 +87,15 @@ impl Batch {
     }
 }
 
-/// Joins pieces of which some carry a deferred normalization: all deferred ones are normalized
-/// into the batch's buffer at once; a slot whose parts were placed differently (the worker
-/// normalized some, per its lease, and left others to the client) has each deferred piece
-/// normalized, and then the pieces joined.
-fn finish_and_join(pieces: &[granary_proto::v1::Tensor]) -> Result<Tensor, String> {
-    if pieces.iter().all(|p| p.normalize.is_some() && p.normalize == pieces[0].normalize) {
-        let rows = pieces.iter().map(|p| p.shape.first().copied().unwrap_or_default()).sum();
-        return crate::expand::normalize(pieces, rows);
-    }
-    let finished = pieces
-        .iter()
-        .map(|piece| match &piece.normalize {
-            None => Ok(piece.clone()),
-            Some(_) => {
-                let rows = piece.shape.first().copied().unwrap_or_default();
-                let done = crate::expand::normalize(std::slice::from_ref(piece), rows)?;
-                Ok(granary_proto::v1::Tensor {
-                    name: done.name,
-                    dtype: done.dtype,
-                    shape: done.shape.iter().map(|&d| d as u64).collect(),
-                    data: done.data,
-                    normalize: None,
-                    padding: piece.padding.clone(),
-                })
-            }
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    join(finished)
-}
-
-/// Joins the pieces of one tensor (one per part, same name, dtype and row shape) along rows.
-fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
+/// Checks that the pieces of one tensor agree (name, dtype, finishing and row shape); returns
+/// their rows and payload bytes.
+fn check_alike(pieces: &[granary_proto::v1::Tensor]) -> Result<(u64, usize), String> {
     let Some(head) = pieces.first() else {
         return Err("a tensor with no parts".to_string());
     };
     let trailing = head.shape.get(1..).unwrap_or_default();
-    let mut rows = 0u64;
-    let mut bytes = 0usize;
-    if pieces.iter().any(|p| p.normalize.is_some()) {
-        let started = std::time::Instant::now();
-        let joined = finish_and_join(&pieces);
-        crate::host::finished_since(started);
-        return joined;
-    }
-    for tensor in &pieces {
+    let (mut rows, mut bytes) = (0u64, 0usize);
+    for tensor in pieces {
         if tensor.name != head.name || tensor.dtype != head.dtype || tensor.normalize != head.normalize {
             return Err(format!(
                 "tensor `{}` ({}) in one part is `{}` ({}) in another, or is finished differently",
@@ -147,6 +111,50 @@ fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
         rows += tensor.shape.first().copied().unwrap_or_default();
         bytes += tensor.data.len();
     }
+    Ok((rows, bytes))
+}
+
+/// Joins pieces of which some carry a deferred normalization. When all do alike, they are
+/// normalized into the batch's buffer at once; a slot whose parts were placed differently (the
+/// worker normalized some, per its lease, and left others to the client) has each deferred piece
+/// normalized on its own, and then the pieces joined.
+fn finish_and_join(pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
+    if pieces.iter().all(|p| p.normalize.is_some() && p.normalize == pieces[0].normalize) {
+        let (rows, _) = check_alike(&pieces)?;
+        return crate::expand::normalize(&pieces, rows);
+    }
+    let finished = pieces
+        .into_iter()
+        .map(|piece| {
+            if piece.normalize.is_none() {
+                return Ok(piece);
+            }
+            let rows = piece.shape.first().copied().unwrap_or_default();
+            let done = crate::expand::normalize(std::slice::from_ref(&piece), rows)?;
+            Ok(granary_proto::v1::Tensor {
+                name: done.name,
+                dtype: done.dtype,
+                shape: done.shape.iter().map(|&d| d as u64).collect(),
+                data: done.data,
+                normalize: None,
+                padding: piece.padding,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    join(finished)
+}
+
+/// Joins the pieces of one tensor (one per part, same name, dtype and row shape) along rows,
+/// finishing those the worker left to the client.
+fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
+    if pieces.iter().any(|p| p.normalize.is_some()) {
+        let started = std::time::Instant::now();
+        let joined = finish_and_join(pieces);
+        crate::host::finished_since(started);
+        return joined;
+    }
+    let (rows, bytes) = check_alike(&pieces)?;
+    let trailing = pieces[0].shape.get(1..).unwrap_or_default();
     let shape = std::iter::once(rows).chain(trailing.iter().copied()).collect::<Vec<_>>();
     let shape = dimensions(&shape)?;
     let data = if pieces.len() == 1 {
@@ -291,6 +299,15 @@ mod tests {
         };
         let mixed = Batch::from_parts(0, 0, vec![worker_part, b]).unwrap();
         assert_eq!(mixed.tensors, client.tensors);
+    }
+
+    #[test]
+    fn deferred_parts_of_different_image_sizes_are_refused() {
+        let a = image_part(1, 2, 3);
+        let mut b = image_part(2, 1, 4);
+        b.tensors[0].shape = vec![1, 1, 4, 3];
+        let error = Batch::from_parts(0, 0, vec![a, b]).unwrap_err();
+        assert!(error.contains("shape"), "{error}");
     }
 
     #[test]
