@@ -3,7 +3,8 @@
 //!   again: `granary run` exits non-zero with a message naming the file;
 //! - under `policy: skip` the 1,999 other images reach two data-parallel consumers exactly once,
 //!   in equal batch counts, and the one skip is counted in the dispatcher's and the worker's
-//!   metrics and in the run summary.
+//!   metrics and in the run summary, with worker processes and with `--workers 0`;
+//! - one skip more than `maxSkipped` fails the run, naming the limit and the file.
 
 use granary_e2e::*;
 use std::path::{Path, PathBuf};
@@ -63,12 +64,13 @@ spec:
     path
 }
 
-/// `granary run MANIFEST --workers 1 ARGS…` to its end (bounded): exit success, stdout, stderr.
-fn granary_run(manifest: &Path, args: &[&str]) -> (bool, String, String) {
+/// `granary run MANIFEST --workers WORKERS ARGS…` to its end (bounded): exit success, stdout,
+/// stderr. With 0 workers the engine runs in the `granary run` process itself.
+fn granary_run(manifest: &Path, workers: u32, args: &[&str]) -> (bool, String, String) {
     let child = Command::new(granary_bin())
         .arg("run")
         .arg(manifest)
-        .args(["--workers", "1", "--threads", "1"])
+        .args(["--workers", &workers.to_string(), "--threads", "1"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,7 +99,7 @@ fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::Joi
 fn under_fail_the_split_fails_three_times_and_the_run_names_the_file() {
     let (dir, train, _) = images();
     let manifest = manifest(dir.path(), &train, "");
-    let (success, _, stderr) = granary_run(&manifest, &[]);
+    let (success, _, stderr) = granary_run(&manifest, 1, &[]);
     assert!(!success, "the run should fail: {stderr}");
     assert!(stderr.contains(CORRUPT), "the error names the file: {stderr}");
     assert!(stderr.contains("failed 3 times"), "the split was tried 3 times, then not again: {stderr}");
@@ -142,11 +144,27 @@ fn under_skip_every_other_image_arrives_once_and_the_skip_is_counted() {
     assert_eq!(skipped(&dispatcher_metrics, "granary_dispatcher_elements_skipped_total"), Some(1.0));
     assert_eq!(skipped(&worker_metrics, "granary_worker_elements_skipped_total"), Some(1.0));
 
-    // Run: the summary counts the skip, and the items that arrived.
-    let (success, stdout, stderr) = granary_run(&manifest, &["--json"]);
-    assert!(success, "{stderr}");
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
-    let summary: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert_eq!(summary["items"], (IMAGES - 1) as u64, "{summary}");
-    assert_eq!(summary["skipped_elements"], 1, "{summary}");
+    // Run, with a worker process and with the engine in the run's own process: the summary
+    // counts the skip, and the items that arrived.
+    for workers in [1, 0] {
+        let (success, stdout, stderr) = granary_run(&manifest, workers, &["--json"]);
+        assert!(success, "--workers {workers}: {stderr}");
+        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+        let summary: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(summary["items"], (IMAGES - 1) as u64, "--workers {workers}: {summary}");
+        assert_eq!(summary["skipped_elements"], 1, "--workers {workers}: {summary}");
+    }
+}
+
+#[test]
+fn past_max_skipped_the_run_fails_and_names_the_file() {
+    let (dir, train, _) = images();
+    let manifest = manifest(dir.path(), &train, "  errors: {policy: skip, maxSkipped: 0}\n");
+    for workers in [1, 0] {
+        let (success, _, stderr) = granary_run(&manifest, workers, &[]);
+        assert!(!success, "--workers {workers}: the run should fail: {stderr}");
+        assert!(stderr.contains("maxSkipped"), "--workers {workers}: the error names the limit: {stderr}");
+        assert!(stderr.contains(CORRUPT), "--workers {workers}: the error names the file: {stderr}");
+    }
 }

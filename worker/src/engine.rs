@@ -75,6 +75,20 @@ pub enum EngineError {
     /// The I/O runtime could not start.
     #[error("cannot start the I/O runtime: {0}")]
     Runtime(std::io::Error),
+    /// More elements were skipped (`spec.errors.policy: skip`) than `spec.errors.maxSkipped`
+    /// allows.
+    #[error(
+        "{skipped} elements were skipped, more than spec.errors.maxSkipped ({max}) allows; the first: \
+         {first}; fix or remove the failing elements, or raise maxSkipped"
+    )]
+    TooManySkipped {
+        /// Elements skipped so far.
+        skipped: u64,
+        /// `spec.errors.maxSkipped`.
+        max: u64,
+        /// The first skipped element's error, naming its key and the stage.
+        first: String,
+    },
 }
 
 /// The final `image.normalize` the engine left to the consumer: `field` holds `uint8` HWC
@@ -329,6 +343,8 @@ impl Engine {
             tails: None,
             ready: VecDeque::new(),
             done: false,
+            skips: executor::Skips::default(),
+            max_skipped: self.spec.errors.as_ref().filter(|e| e.skips()).and_then(|e| e.max_skipped),
         }
     }
 }
@@ -343,12 +359,41 @@ pub struct EpochBatches {
     /// Batches ready to hand out, in order.
     ready: VecDeque<Batch>,
     done: bool,
+    /// Elements dropped so far under `spec.errors.policy: skip`, over every split.
+    skips: executor::Skips,
+    /// `spec.errors.maxSkipped`, when the pipeline skips.
+    max_skipped: Option<u64>,
 }
 
 impl EpochBatches {
     /// Most bytes held against the prefetch budget at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.execution.peak_in_flight()
+    }
+
+    /// Elements dropped so far because a stage failed on them (`spec.errors.policy: skip`), over
+    /// every split completed: the count the run summary reports.
+    pub fn skipped(&self) -> u64 {
+        self.skips.elements
+    }
+
+    /// Counts a completed split's skips; past `spec.errors.maxSkipped` the run fails.
+    fn count_skips(&mut self, skipped: executor::Skips) -> Result<(), EngineError> {
+        if skipped.elements == 0 {
+            return Ok(());
+        }
+        self.skips.elements = self.skips.elements.saturating_add(skipped.elements);
+        if self.skips.first.is_none() {
+            self.skips.first = skipped.first;
+        }
+        match self.max_skipped {
+            Some(max) if self.skips.elements > max => Err(EngineError::TooManySkipped {
+                skipped: self.skips.elements,
+                max,
+                first: self.skips.first.clone().unwrap_or_else(|| "not described".into()),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Queues the merged tails as the epoch's last batch (unless `dropRemainder`).
@@ -403,7 +448,13 @@ impl Iterator for EpochBatches {
                         return Some(Err(e));
                     }
                 }
-                Some(Ok(Output::SplitDone { .. })) => {}
+                Some(Ok(Output::SplitDone { skipped, .. })) => {
+                    if let Err(e) = self.count_skips(skipped) {
+                        self.done = true;
+                        self.ready.clear();
+                        return Some(Err(e));
+                    }
+                }
                 Some(Err(e)) => {
                     self.done = true;
                     self.ready.clear();

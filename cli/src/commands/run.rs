@@ -92,8 +92,10 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
     let epochs = args.epochs.unwrap_or(engine.spec().epochs);
     let name = manifest.pipeline.metadata.name.clone().unwrap_or_default();
     let mut tally = Tally::new(name, threads, epochs, args).count_padding(manifest);
+    let mut skipped = 0;
     if epochs > 0 {
-        for batch in engine.run_epochs(0..epochs) {
+        let mut batches = engine.run_epochs(0..epochs);
+        for batch in batches.by_ref() {
             let batch = batch.with_context(|| format!("after {} batches", tally.batches()))?;
             let tensors = batch
                 .tensors
@@ -110,6 +112,8 @@ pub fn execute(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Res
                 break;
             }
         }
+        skipped = batches.skipped();
     }
-    Ok(tally.finish())
+    let skipped = manifest.pipeline.spec.skips_elements().then_some(skipped);
+    Ok(tally.finish().with_skipped(skipped))
 }
