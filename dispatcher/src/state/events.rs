@@ -55,6 +55,10 @@ pub enum Event {
         /// Elements a stage failed on that were skipped (`spec.errors.policy: skip`).
         #[serde(default, skip_serializing_if = "is_zero")]
         skipped: u64,
+        /// With skips: the error of one of them, naming the element and the stage, so that a
+        /// failure past `maxSkipped` names it after a restart too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        skip_error: Option<String>,
     },
     /// An attempt at producing a split failed (the worker gave it back with an error); at
     /// [`super::MAX_SPLIT_ATTEMPTS`] the pipeline fails.
@@ -79,6 +83,9 @@ pub enum Event {
         pipeline: String,
         /// Elements skipped.
         elements: u64,
+        /// The error of the latest skip a worker described.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last: Option<String>,
     },
     /// A split of an epoch of a pipeline that filters or packs was computed: its output count,
     /// which places the splits after it in the epoch's plan.
@@ -159,7 +166,7 @@ impl State {
                 }
             }
             Event::JobCollected { pipeline, job } => self.drop_job(pipeline, job),
-            Event::SplitDone { pipeline, job, epoch, split, skipped } => {
+            Event::SplitDone { pipeline, job, epoch, split, skipped, skip_error } => {
                 let Some(p) = self.pipelines.get_mut(pipeline) else { return };
                 let epochs = p.facts.epochs;
                 if let Some(j) = p.jobs.get_mut(job)
@@ -168,16 +175,16 @@ impl State {
                 {
                     j.epoch(*epoch).status.set(*split, SplitStatus::Done);
                 }
-                self.add_skips(pipeline, *skipped, None);
+                self.add_skips(pipeline, *skipped, skip_error.as_deref());
             }
             Event::SplitFailed { pipeline, job, epoch, split, worker, error } => {
                 self.count_failure(pipeline, job, *epoch, *split, worker, error);
             }
-            Event::ElementsSkipped { pipeline, elements } => {
+            Event::ElementsSkipped { pipeline, elements, last } => {
                 if let Some(p) = self.pipelines.get_mut(pipeline) {
                     p.skips.total = 0;
                 }
-                self.add_skips(pipeline, *elements, None);
+                self.add_skips(pipeline, *elements, last.as_deref());
             }
             Event::SplitCounted { pipeline, job, epoch, split, elements } => {
                 let Some(p) = self.pipelines.get_mut(pipeline) else { return };
@@ -283,6 +290,7 @@ impl State {
                                 epoch: *epoch,
                                 split,
                                 skipped: 0,
+                                skip_error: None,
                             });
                         }
                     }
@@ -301,7 +309,11 @@ impl State {
                 }
             }
             if p.skips.total > 0 {
-                out.push(Event::ElementsSkipped { pipeline: name.clone(), elements: p.skips.total });
+                out.push(Event::ElementsSkipped {
+                    pipeline: name.clone(),
+                    elements: p.skips.total,
+                    last: p.skips.last.clone(),
+                });
             }
         }
         for ((store, fingerprint), entry) in &self.cache_entries {

@@ -447,6 +447,8 @@ impl State {
                     epoch: replay.epoch,
                     split: replay.split,
                     skipped: req.skipped,
+                    skip_error: (req.skipped > 0 && !req.skip_error.is_empty())
+                        .then(|| req.skip_error.clone()),
                 });
                 // Skips count once per split, epoch and job: a split produced again (a replay for
                 // one consumer) skips the same elements.

@@ -13,7 +13,7 @@ pub(crate) struct Skips {
     pub(crate) errors: ErrorsSpec,
     /// Elements skipped, over every job and epoch.
     pub(crate) total: u64,
-    /// The error of the latest skipped element a worker described (not journaled).
+    /// The error of the latest skipped element a worker described.
     pub(crate) last: Option<String>,
 }
 
