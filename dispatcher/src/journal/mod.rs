@@ -10,12 +10,16 @@
 //!   the records and older snapshots it covers; replay takes the highest snapshot and the
 //!   records from its `next` on, so a compaction cut short at any point replays the same.
 //!
+//! A write counts only once it is durable: an object store's PUT is; on a local file system the
+//! file and its folder are flushed first ([`durable`]).
+//!
 //! The object layout is in [`layout`]; the first layout (`snapshot.json`, records without a
 //! term) is still read, so existing journals carry on.
 
 #[cfg(test)]
 mod bench;
 mod commit;
+mod durable;
 mod layout;
 #[cfg(test)]
 mod tests;
@@ -73,6 +77,15 @@ pub enum JournalError {
         /// This writer's term.
         term: u64,
     },
+    /// A record written to a local file system could not be flushed to the disk.
+    #[error("journal: flushing `{location}` to the disk: {source}")]
+    Flush {
+        /// Object path.
+        location: String,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Opening kept losing the race for the next sequence number.
     #[error("journal: could not claim a term after {attempts} attempts: other writers keep appending")]
     Contended {
@@ -91,6 +104,9 @@ pub struct Journal {
     term: u64,
     since_snapshot: u64,
     fenced: bool,
+    /// The journal's folder when the store is this machine's file system: each object written
+    /// is flushed to the disk before it counts as durable.
+    local: Option<durable::LocalFolder>,
 }
 
 /// Appends between compactions.
@@ -148,14 +164,16 @@ impl Journal {
             std::fs::create_dir_all(&path).map_err(|e| bad(format!("cannot create the folder: {e}")))?;
             url::Url::from_directory_path(&path).map_err(|()| bad("not a usable folder".into()))?
         };
+        let mut local = None;
         if parsed.scheme() == "file"
             && let Ok(path) = parsed.to_file_path()
         {
             std::fs::create_dir_all(&path).map_err(|e| bad(format!("cannot create the folder: {e}")))?;
+            local = Some(durable::LocalFolder { folder: path });
         }
         let (store, root) =
             object_store::parse_url_opts(&parsed, std::env::vars()).map_err(|e| bad(e.to_string()))?;
-        Journal::open_store(Arc::from(store), root).await
+        Journal::open_with(Arc::from(store), root, local).await
     }
 
     /// Opens the journal under `root` in `store`, claims a new term and returns the events
@@ -164,7 +182,16 @@ impl Journal {
         store: Arc<dyn ObjectStore>,
         root: StorePath,
     ) -> Result<(Journal, Vec<Event>), JournalError> {
-        let mut journal = Journal { store, root, next: 0, term: 0, since_snapshot: 0, fenced: false };
+        Journal::open_with(store, root, None).await
+    }
+
+    /// [`Journal::open_store`], flushing each object to the disk of `local` when it is there.
+    async fn open_with(
+        store: Arc<dyn ObjectStore>,
+        root: StorePath,
+        local: Option<durable::LocalFolder>,
+    ) -> Result<(Journal, Vec<Event>), JournalError> {
+        let mut journal = Journal { store, root, next: 0, term: 0, since_snapshot: 0, fenced: false, local };
         let writer = writer_nonce();
         let mut replayed = journal.replay().await?;
         for _ in 0..CLAIM_ATTEMPTS {
@@ -294,8 +321,9 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes `body` at `location` unless an object is there. An object that `ours` recognises
-    /// (this writer's own, from an attempt whose reply was lost) counts as written.
+    /// Writes `body` at `location` unless an object is there, and returns once it is durable. An
+    /// object that `ours` recognises (this writer's own, from an attempt whose reply was lost)
+    /// counts as written.
     async fn create(
         &self,
         location: &StorePath,
@@ -304,17 +332,25 @@ impl Journal {
     ) -> Result<(), CreateError> {
         let options = PutOptions { mode: PutMode::Create, ..Default::default() };
         match self.store.put_opts(location, PutPayload::from(body), options).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {}
             Err(object_store::Error::AlreadyExists { .. }) => match self.read(location).await {
-                Ok(Some(found)) if ours(&found) => Ok(()),
-                Ok(_) => Err(CreateError::Taken),
-                Err(e) => Err(CreateError::Failed(e)),
+                Ok(Some(found)) if ours(&found) => {}
+                Ok(_) => return Err(CreateError::Taken),
+                Err(e) => return Err(CreateError::Failed(e)),
             },
-            Err(source) => Err(CreateError::Failed(JournalError::Store {
-                what: "writing",
-                location: location.to_string(),
-                source,
-            })),
+            Err(source) => {
+                return Err(CreateError::Failed(JournalError::Store {
+                    what: "writing",
+                    location: location.to_string(),
+                    source,
+                }));
+            }
+        }
+        match &self.local {
+            Some(local) => local.sync(&self.root, location).await.map_err(|source| {
+                CreateError::Failed(JournalError::Flush { location: location.to_string(), source })
+            }),
+            None => Ok(()),
         }
     }
 
