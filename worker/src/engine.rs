@@ -117,6 +117,8 @@ pub struct Engine {
     options: EngineOptions,
     /// Compute threads the executor runs: see [`compute_threads`].
     compute_threads: usize,
+    /// Most compute threads its tuner may run: see [`most_compute_threads`].
+    most_threads: usize,
     runtime: Runtime,
     /// Why the spec's cache store could not be opened, if it could not.
     cache_error: Option<String>,
@@ -152,6 +154,7 @@ impl Engine {
             );
         }
         let compute_threads = compute_threads(options.threads, &configs);
+        let most_threads = most_compute_threads(options.threads, &configs, spec.optimize);
         ctx.python =
             start_python(&configs, &origins, &manifest.base_dir, &options, compute_threads, &resources)?
                 .map(Arc::new);
@@ -227,7 +230,18 @@ impl Engine {
             }
         }
         let plan = Arc::new(plan);
-        Ok(Engine { spec, optimized, deferred, source, plan, options, compute_threads, runtime, cache_error })
+        Ok(Engine {
+            spec,
+            optimized,
+            deferred,
+            source,
+            plan,
+            options,
+            compute_threads,
+            most_threads,
+            runtime,
+            cache_error,
+        })
     }
 
     /// The optimizer's plan this engine runs: the stages in their order, the fields the source
@@ -311,7 +325,11 @@ impl Engine {
     /// Runs `tasks` in order and yields each split's batches (full ones, then its tail). A feed
     /// (a channel's iterator) keeps the execution open for tasks that arrive later.
     pub fn run_tasks(&self, tasks: Tasks) -> Execution {
-        let opts = ExecOptions { threads: self.compute_threads, prefetch_bytes: self.options.prefetch_bytes };
+        let opts = ExecOptions {
+            threads: self.compute_threads,
+            most_threads: self.most_threads,
+            prefetch_bytes: self.options.prefetch_bytes,
+        };
         executor::execute(
             Arc::clone(&self.source),
             Arc::clone(&self.plan),
@@ -369,6 +387,11 @@ impl EpochBatches {
     /// Most bytes held against the prefetch budget at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.execution.peak_in_flight()
+    }
+
+    /// Most compute threads run at once so far (see [`most_compute_threads`]).
+    pub fn peak_compute_threads(&self) -> usize {
+        self.execution.peak_compute_threads()
     }
 
     /// Elements dropped so far because a stage failed on them (`spec.errors.policy: skip`), over
@@ -482,6 +505,18 @@ impl Iterator for EpochBatches {
 /// limit), which the default count follows.
 pub fn compute_threads(threads: usize, configs: &[OpConfig]) -> usize {
     threads.max(1) + usize::from(configs.iter().any(|c| c.python_call().is_some()))
+}
+
+/// Most compute threads the executor's tuner may run for `threads` cores: with a Python stage and
+/// the optimizer on (`spec.optimize`), up to 4 per core (at most 32), each with its runner, since
+/// a Python function may wait (on the network, a lock, a sleep) and leave its core idle; without
+/// one, [`compute_threads`]: native stages keep their core busy, so more threads would only
+/// contend. The tuner adds threads only while they raise the element rate (see the executor's
+/// `tune`).
+pub fn most_compute_threads(threads: usize, configs: &[OpConfig], optimize: bool) -> usize {
+    let start = compute_threads(threads, configs);
+    let python = configs.iter().any(|c| c.python_call().is_some());
+    if optimize && python { start.max(threads.max(1).saturating_mul(4).min(32)) } else { start }
 }
 
 /// The runs of stages of `spec` (a plan's spec, see [`Engine::spec`]) that the executor fuses

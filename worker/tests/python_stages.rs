@@ -1,6 +1,7 @@
 //! `python.map` stages: identity is byte-identical to the pipeline without it (element-wise and
 //! batched), random functions are reproducible across runs and thread counts, fields come back
-//! added, replaced and dropped, and failures name the stage, the element and the traceback.
+//! added, replaced and dropped, failures name the stage, the element and the traceback, and a
+//! stage that waits gets more compute threads from the tuner with the same batches.
 //!
 //! They need a Python with NumPy: `GRANARY_PYTHON`, else `python3` on PATH. Under CI
 //! (`CI=true`) a missing one fails the tests; elsewhere they are skipped with a message.
@@ -36,6 +37,11 @@ fn fixtures() -> PathBuf {
 
 /// The training recipe on `memory://NAME/`, with `extra` (YAML stage lines) after the flip.
 fn manifest(name: &str, extra: &str, batch: usize) -> granary_crds::Manifest {
+    manifest_with(name, extra, batch, "")
+}
+
+/// [`manifest`] with `spec` (YAML lines of `spec`) added.
+fn manifest_with(name: &str, extra: &str, batch: usize, spec: &str) -> granary_crds::Manifest {
     let text = format!(
         r#"
 apiVersion: granary.dev/v1alpha1
@@ -53,6 +59,7 @@ spec:
   batch: {{size: {batch}}}
   seed: 11
   epochs: 1
+{spec}
 "#
     );
     granary_crds::parse_manifest(&text, &fixtures(), &[]).unwrap()
@@ -449,4 +456,25 @@ fn a_gathered_call_that_raises_names_the_element_and_keeps_the_ones_before() {
     let mut rngs: Vec<SeededRng> = (0..2).map(|i| SeededRng::for_element(0, 0, 0, i)).collect();
     let mut refs: Vec<&mut SeededRng> = rngs.iter_mut().collect();
     assert_eq!(op.run_each(&mut rest, &mut refs).unwrap().len(), 2);
+}
+
+#[test]
+fn a_python_stage_that_waits_gets_more_threads_and_gives_the_same_batches() {
+    let Some(python) = python() else { return };
+    // 400 elements that each wait 10 ms in Python: 2 s on the 2 threads a 1-core engine starts
+    // with (one more for the Python stage), long enough for the tuner's half-second periods.
+    dataset("py-wait", 400);
+    let stage = "    - op: python.map\n      function: stages:wait\n      args: {seconds: 0.01}";
+    let engine = open(&manifest("py-wait", stage, 8), 1, &python);
+    let mut batches = engine.run_epoch(0);
+    let tuned = batches.by_ref().collect::<Result<Vec<_>, _>>().unwrap_or_else(|e| panic!("{e}"));
+    let peak = batches.peak_compute_threads();
+    assert!(peak > 2, "the tuner added compute threads to a stage that waits: {peak}");
+    // Without the optimizer nothing is tuned; the batches are the same.
+    let fixed_manifest = manifest_with("py-wait", stage, 8, "  optimize: false");
+    let fixed_engine = open(&fixed_manifest, 1, &python);
+    let mut fixed_batches = fixed_engine.run_epoch(0);
+    let fixed = fixed_batches.by_ref().collect::<Result<Vec<_>, _>>().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fixed_batches.peak_compute_threads(), 2, "spec.optimize: false tunes nothing");
+    assert_eq!(tuned, fixed);
 }

@@ -5,7 +5,7 @@
 //! - the reader streams each split's elements from the store, in task order, waiting on the
 //!   budget before each element (prefetch and backpressure);
 //! - `threads` compute threads apply the operators to elements in any order, each element with
-//!   its own seeded random stream;
+//!   its own seeded random stream (a tuner may add more while they raise the rate: [`tune`]);
 //! - the assembler restores task order, shuffles within each split, and stacks batches.
 //!
 //! Because randomness is per element and order is restored before shuffling, the output is the
@@ -31,6 +31,7 @@ mod assemble;
 mod cached;
 mod group;
 mod pack;
+mod tune;
 
 use crate::batch::{Batch, BatchError};
 use crate::budget::{Budget, Permit};
@@ -41,7 +42,7 @@ use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::runtime::Handle;
@@ -158,8 +159,10 @@ impl Task {
 /// Executor settings.
 #[derive(Clone, Copy, Debug)]
 pub struct ExecOptions {
-    /// Compute threads.
+    /// Compute threads to start with.
     pub threads: usize,
+    /// Most compute threads the tuner may run ([`tune`]); no more than `threads` turns it off.
+    pub most_threads: usize,
     /// Bytes of data in flight (read ahead, being computed, and finished batches) before the
     /// reader waits.
     pub prefetch_bytes: usize,
@@ -381,6 +384,8 @@ pub struct Execution {
     budget: Arc<Budget>,
     times: Arc<StageTimes>,
     threads: Vec<JoinHandle<()>>,
+    /// Most compute threads run at once so far (the tuner may add some).
+    peak_threads: Arc<AtomicUsize>,
     failed: bool,
 }
 
@@ -388,6 +393,12 @@ impl Execution {
     /// Most bytes held against the budget at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.budget.peak()
+    }
+
+    /// Most compute threads run at once so far: the threads it started with, or more once its
+    /// tuner added some.
+    pub fn peak_compute_threads(&self) -> usize {
+        self.peak_threads.load(Ordering::Acquire)
     }
 
     /// Compute time per stage so far.
@@ -469,12 +480,18 @@ pub fn execute(
     let (out_tx, out_rx) = bounded::<Result<Output, ExecError>>(1);
     let mut handles = Vec::with_capacity(threads + 2);
 
+    let read_all = Arc::new(AtomicBool::new(false));
+    let peak_threads = Arc::new(AtomicUsize::new(threads));
     handles.push(spawn("granary-reader", {
         let budget = Arc::clone(&budget);
         let done_tx = done_tx.clone();
         let plan = Arc::clone(&plan);
         let rt = rt.clone();
-        move || read(&source, &plan, tasks, &budget, &work_tx, &done_tx, &rt)
+        let read_all = Arc::clone(&read_all);
+        move || {
+            read(&source, &plan, tasks, &budget, &work_tx, &done_tx, &rt);
+            read_all.store(true, Ordering::Release);
+        }
     }));
     let times = Arc::new(StageTimes::new(plan.stages.len()));
     for i in 0..threads {
@@ -482,8 +499,22 @@ pub fn execute(
         let done_tx = done_tx.clone();
         let plan = Arc::clone(&plan);
         let times = Arc::clone(&times);
-        handles
-            .push(spawn(&format!("granary-compute-{i}"), move || compute(&plan, &work_rx, &done_tx, &times)));
+        handles.push(spawn(&format!("granary-compute-{i}"), move || {
+            compute(&plan, &work_rx, &done_tx, &times, &|| true)
+        }));
+    }
+    if opts.most_threads > threads {
+        let tuned = tune::Tuned {
+            plan: Arc::clone(&plan),
+            work: work_rx.clone(),
+            done: done_tx.clone(),
+            times: Arc::clone(&times),
+            read_all,
+            wanted: Arc::new(AtomicUsize::new(threads)),
+            peak: Arc::clone(&peak_threads),
+        };
+        let most = opts.most_threads;
+        handles.push(spawn("granary-tuner", move || tune::run(tuned, threads, most)));
     }
     drop(done_tx);
     handles.push(spawn("granary-assembler", {
@@ -491,7 +522,7 @@ pub fn execute(
         let times = Arc::clone(&times);
         move || assemble::run(&plan, &done_rx, &out_tx, &budget, &times, &rt)
     }));
-    Execution { outputs: out_rx, budget, times, threads: handles, failed: false }
+    Execution { outputs: out_rx, budget, times, threads: handles, peak_threads, failed: false }
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
@@ -581,8 +612,17 @@ fn read(
     }
 }
 
-fn compute(plan: &Plan, work: &Receiver<Work>, done: &Sender<Done>, times: &StageTimes) {
-    for item in work.iter() {
+/// Computes elements from `work` until it ends, or until `keep` says this thread is no longer
+/// wanted (checked before each item).
+fn compute(
+    plan: &Plan,
+    work: &Receiver<Work>,
+    done: &Sender<Done>,
+    times: &StageTimes,
+    keep: &dyn Fn() -> bool,
+) {
+    while keep() {
+        let Ok(item) = work.recv() else { return };
         let out = match item {
             Work::Group { task, split_id, mut members } => {
                 match group::run(plan, task, split_id, &mut members, times) {

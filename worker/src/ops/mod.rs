@@ -123,6 +123,10 @@ pub trait Operator: Send + Sync {
     fn packing(&self) -> Option<&text::pack::PackOp> {
         None
     }
+
+    /// The executor now runs `threads` compute threads (its tuner moved them): a stage that keeps
+    /// one resource per concurrent call (a Python stage's runner processes) sizes it to match.
+    fn set_threads(&self, _threads: usize) {}
 }
 
 /// A fused operator and how many stages it runs.

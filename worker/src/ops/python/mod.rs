@@ -298,4 +298,10 @@ impl Operator for PythonOp {
     fn run_group(&self, elements: &mut [Element], rng: &mut SeededRng) -> Result<Option<Vec<bool>>, OpError> {
         self.call(elements, rng)
     }
+
+    /// One runner per compute thread: the pool (shared by the pipeline's Python stages) grows
+    /// with the threads, and shrinks as runners come back once there are fewer.
+    fn set_threads(&self, threads: usize) {
+        self.runners.resize(threads);
+    }
 }

@@ -1,9 +1,12 @@
 //! The runners of one pipeline: one per compute thread, started together when the engine opens,
 //! each with every Python stage of the pipeline imported once. A runner that dies is replaced
-//! when the next call needs one.
+//! when the next call needs one. When the executor's tuner changes the compute threads, the pool
+//! follows ([`Runners::resize`]): a call starts a new runner while fewer than the size live, and a
+//! runner coming back to a pool over its size ends.
 
 use super::interpreter::Interpreter;
 use super::runner::{Hello, Runner, Setup, StageFacts, StartError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 struct Idle {
@@ -16,7 +19,8 @@ struct Idle {
 pub struct Runners {
     interpreter: Interpreter,
     setup: Setup,
-    size: usize,
+    /// Runners wanted: one per compute thread.
+    size: AtomicUsize,
     idle: Mutex<Idle>,
     returned: Condvar,
     facts: Vec<StageFacts>,
@@ -64,7 +68,7 @@ impl Runners {
         Ok(Runners {
             interpreter,
             setup,
-            size,
+            size: AtomicUsize::new(size),
             idle: Mutex::new(Idle { live: runners.len(), runners }),
             returned: Condvar::new(),
             facts: hello.stages,
@@ -82,6 +86,24 @@ impl Runners {
         (&self.versions.0, &self.versions.1)
     }
 
+    /// Runners wanted from now on (at least 1): more start as calls need them, and those over the
+    /// size end as they come back.
+    pub fn resize(&self, size: usize) {
+        self.size.store(size.max(1), Ordering::Release);
+        let mut idle = self.lock();
+        let mut ending = Vec::new();
+        while idle.live > size.max(1)
+            && let Some(runner) = idle.runners.pop()
+        {
+            idle.live -= 1;
+            ending.push(runner);
+        }
+        drop(idle);
+        self.returned.notify_all();
+        // Outside the lock: each waits for its process to end.
+        drop(ending);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Idle> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -94,7 +116,7 @@ impl Runners {
             if let Some(runner) = idle.runners.pop() {
                 return Ok(Lent { pool: self, runner: Some(runner) });
             }
-            if idle.live < self.size {
+            if idle.live < self.size.load(Ordering::Acquire) {
                 idle.live += 1;
                 drop(idle);
                 return match Runner::start(&self.interpreter, &self.setup) {
@@ -135,7 +157,16 @@ impl Lent<'_> {
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
         if let Some(runner) = self.runner.take() {
-            self.pool.lock().runners.push(runner);
+            let mut idle = self.pool.lock();
+            if idle.live > self.pool.size.load(Ordering::Acquire) {
+                // The pool shrank: this runner ends (outside the lock: it waits for the process).
+                idle.live -= 1;
+                drop(idle);
+                drop(runner);
+            } else {
+                idle.runners.push(runner);
+                drop(idle);
+            }
             self.pool.returned.notify_one();
         }
     }
