@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optimizer benchmark, back to back on this machine: six pipelines, each measured with the
+# The optimizer benchmark, back to back on this machine: eight pipelines, each measured with the
 # optimizer on and off (`granary bench --compare-optimizer`: alternating rounds, medians) in one
 # run; one JSON line per measurement on stdout (the peers' format plus `vs_unoptimized`), then one
 # line per ratio (`"ratio": ...`, with its target and whether it is met). See bench/README.md.
@@ -19,6 +19,9 @@
 #   bert                bench/optimizer/bert-select-after.yaml: tokenize → truncate/pad → select
 #   python              bench/optimizer/python-jitter.yaml: a NumPy colour jitter as a python.map
 #                       stage, with the flip written after the float32 normalization
+#   python-lookup       bench/optimizer/python-lookup.yaml: a python.map stage that waits 2 ms
+#                       per element (a lookup over the network); with the optimizer on, the
+#                       worker tunes its compute threads
 #
 # Ratios:
 #   vs_unoptimized               per pipeline, optimizer on over off
@@ -81,6 +84,8 @@ bench bench/optimizer/bert-select-after.yaml bert --set "spec.source.url=file://
   --set "spec.stages[0].tokenizer=$OPT_DATA/text/tokenizer.json"
 PYTHONPATH="$PWD/bench/python${PYTHONPATH:+:$PYTHONPATH}" \
   bench bench/optimizer/python-jitter.yaml python --fast-only --python "$PY" "${images[@]}"
+PYTHONPATH="$PWD/bench/python${PYTHONPATH:+:$PYTHONPATH}" \
+  bench bench/optimizer/python-lookup.yaml python-lookup --fast-only --python "$PY" "${images[@]}"
 
 "$PY" - "$RESULTS" <<'EOF'
 import json
