@@ -487,10 +487,11 @@ pub fn execute(
         let done_tx = done_tx.clone();
         let plan = Arc::clone(&plan);
         let rt = rt.clone();
-        let read_all = Arc::clone(&read_all);
+        // Set when the reader ends, a panic included: the tuner then lets go of the channels.
+        let read_all = tune::SetOnDrop(Arc::clone(&read_all));
         move || {
+            let _read_all = read_all;
             read(&source, &plan, tasks, &budget, &work_tx, &done_tx, &rt);
-            read_all.store(true, Ordering::Release);
         }
     }));
     let times = Arc::new(StageTimes::new(plan.stages.len()));

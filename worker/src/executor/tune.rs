@@ -108,6 +108,16 @@ impl Climb {
     }
 }
 
+/// Sets its flag when dropped: the reader holds one, so that the tuner knows when it ended, even
+/// by a panic (the tuner would otherwise hold the channels open and hide it).
+pub(super) struct SetOnDrop(pub(super) Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// What the tuner needs of the execution.
 pub(super) struct Tuned {
     pub(super) plan: Arc<Plan>,
