@@ -96,6 +96,10 @@ fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
     );
     assert_eq!(sample_with(&worker, "granary_worker_cores", &labels), Some(1.0), "{worker}");
     assert!(
+        sample_with(&worker, "granary_worker_compute_threads", &labels).is_some_and(|t| t >= 1.0),
+        "{worker}"
+    );
+    assert!(
         sample_with(&worker, "granary_worker_split_seconds_count", &labels).unwrap_or_default() >= 1.0,
         "{worker}"
     );

@@ -44,6 +44,7 @@ const METRICS: &[&str] = &[
     "granary_worker_buffer_capacity_parts",
     "granary_worker_active_leases",
     "granary_worker_cores",
+    "granary_worker_compute_threads",
     "granary_worker_cpu_seconds_total",
     "granary_worker_cache_read_bytes_total",
     "granary_worker_cache_written_bytes_total",

@@ -361,11 +361,22 @@ impl Ran {
 pub struct StageTimes {
     nanos: Vec<AtomicU64>,
     elements: AtomicU64,
+    /// Compute threads running now (the tuner moves it).
+    threads: AtomicUsize,
 }
 
 impl StageTimes {
-    fn new(stages: usize) -> StageTimes {
-        StageTimes { nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(), elements: AtomicU64::new(0) }
+    fn new(stages: usize, threads: usize) -> StageTimes {
+        StageTimes {
+            nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(),
+            elements: AtomicU64::new(0),
+            threads: AtomicUsize::new(threads),
+        }
+    }
+
+    /// Compute threads the execution runs now.
+    pub fn threads(&self) -> usize {
+        self.threads.load(Ordering::Acquire)
     }
 
     /// Nanoseconds spent in each stage (in plan order) and the elements computed, so far.
@@ -494,7 +505,7 @@ pub fn execute(
             read(&source, &plan, tasks, &budget, &work_tx, &done_tx, &rt);
         }
     }));
-    let times = Arc::new(StageTimes::new(plan.stages.len()));
+    let times = Arc::new(StageTimes::new(plan.stages.len(), threads));
     for i in 0..threads {
         let work_rx = work_rx.clone();
         let done_tx = done_tx.clone();

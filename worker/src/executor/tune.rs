@@ -158,6 +158,7 @@ pub(super) fn run(tuned: Tuned, threads: usize, most: usize) {
                 widen(&tuned.plan, n);
                 tuned.wanted.store(n, Ordering::Release);
                 tuned.peak.fetch_max(n, Ordering::AcqRel);
+                tuned.times.threads.store(n, Ordering::Release);
                 let index = n - 1;
                 let (plan, work, done, times, wanted) = (
                     Arc::clone(&tuned.plan),
@@ -175,6 +176,7 @@ pub(super) fn run(tuned: Tuned, threads: usize, most: usize) {
             Step::Retire => {
                 let n = climb.threads();
                 tuned.wanted.store(n, Ordering::Release);
+                tuned.times.threads.store(n, Ordering::Release);
                 widen(&tuned.plan, n);
                 tracing::debug!(threads = n, rate, "tuning: the added thread did not pay; retired it");
             }

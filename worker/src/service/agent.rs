@@ -343,7 +343,8 @@ impl Agent {
     }
 
     fn metrics(&self, sampler: &mut Sampler) -> WorkerMetrics {
-        let stages = self.producers().values().map(|p| p.stage_source()).collect();
+        let stages: Vec<_> = self.producers().values().map(|p| p.stage_source()).collect();
+        let compute_threads = stages.iter().map(|s| s.times.threads() as u64).sum();
         let taken = self.queues.taken();
         let totals = Totals {
             elements: self.counters.elements.load(Ordering::Relaxed),
@@ -369,6 +370,7 @@ impl Agent {
             let totals = Totals {
                 cpu_seconds: sampler.cpu_seconds(),
                 stages: sampler.stage_totals().to_vec(),
+                compute_threads,
                 ..totals
             };
             exposition.observe(&totals, &sample);

@@ -38,6 +38,8 @@ pub struct Totals {
     pub cpu_seconds: f64,
     /// Per stage, compute time and elements.
     pub stages: Vec<StageTotal>,
+    /// Compute threads the running engines run now, all together.
+    pub compute_threads: u64,
 }
 
 /// The worker's metrics in a registry of their own.
@@ -62,6 +64,7 @@ pub struct Exposition {
     capacity: GaugeVec,
     leases: GaugeVec,
     cores: GaugeVec,
+    compute_threads: GaugeVec,
     split_seconds: HistogramVec,
 }
 
@@ -166,6 +169,11 @@ impl Exposition {
             )?,
             leases: gauge("granary_worker_active_leases", "Splits leased and in progress.")?,
             cores: gauge("granary_worker_cores", "Cores the worker computes with.")?,
+            compute_threads: gauge(
+                "granary_worker_compute_threads",
+                "Compute threads the worker's engines run now (more than its cores while tuning adds \
+                 threads for a Python stage that waits).",
+            )?,
             split_seconds,
             registry,
         })
@@ -220,6 +228,7 @@ impl Exposition {
         self.capacity.with_label_values(&labels).set(f64::from(sample.buffer_capacity));
         self.leases.with_label_values(&labels).set(f64::from(sample.active_leases));
         self.cores.with_label_values(&labels).set(f64::from(sample.cores));
+        self.compute_threads.with_label_values(&labels).set(totals.compute_threads as f64);
     }
 }
 
@@ -262,6 +271,7 @@ mod tests {
             skipped: 2,
             cpu_seconds: 2.5,
             stages,
+            compute_threads: 7,
             ..Totals::default()
         };
         e.observe(&later, &sample);
@@ -277,6 +287,7 @@ mod tests {
             format!("granary_worker_buffer_capacity_parts{{{l}}} 8"),
             format!("granary_worker_active_leases{{{l}}} 2"),
             format!("granary_worker_cores{{{l}}} 4"),
+            format!("granary_worker_compute_threads{{{l}}} 7"),
             format!("granary_worker_cpu_seconds_total{{{l}}} 2.5"),
             format!("granary_worker_stage_seconds_total{{{stage}}} 3"),
             format!("granary_worker_stage_elements_total{{{stage}}} 1500"),
