@@ -118,8 +118,18 @@ pub fn run(manifest: &granary_crds::Manifest, args: &RunArgs) -> anyhow::Result<
             true => Some(settled_skips(&local).await),
             false => None,
         };
+        // The consumer may have read every batch before the dispatcher heard of the completion
+        // that failed the pipeline (one skip past spec.errors.maxSkipped in the last split): the
+        // run fails all the same.
+        let failed = local
+            .dispatcher
+            .failure(&local.pipeline)
+            .map(|why| format!("pipeline `{}` failed: {why}", local.pipeline));
         // The only consumer is done: there is nothing left worth draining for.
         local.stop(END_OF_RUN_GRACE).await;
+        if let (Ok(_), Some(failed)) = (&result, failed) {
+            return Err(anyhow::anyhow!(failed));
+        }
         result.map(|summary| RunSummary { scaling, ..summary }.with_cache(cache).with_skipped(skipped))
     })
 }
