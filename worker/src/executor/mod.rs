@@ -522,7 +522,6 @@ pub fn execute(
             done: done_tx.clone(),
             times: Arc::clone(&times),
             read_all,
-            wanted: Arc::new(AtomicUsize::new(threads)),
             peak: Arc::clone(&peak_threads),
         };
         let most = opts.most_threads;

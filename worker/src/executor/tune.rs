@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long each measurement lasts.
-pub(super) const PERIOD: Duration = Duration::from_millis(500);
+const PERIOD: Duration = Duration::from_millis(500);
 /// The rise in element rate an added thread must bring to stay.
 const GAIN: f64 = 1.05;
 /// Periods to wait after a thread did not pay, before trying again.
@@ -126,8 +126,6 @@ pub(super) struct Tuned {
     pub(super) times: Arc<StageTimes>,
     /// Set once the reader has queued its last element: no thread is needed any more.
     pub(super) read_all: Arc<AtomicBool>,
-    /// Compute threads wanted now; a thread numbered at or past it stops before its next element.
-    pub(super) wanted: Arc<AtomicUsize>,
     /// Most compute threads wanted at once so far.
     pub(super) peak: Arc<AtomicUsize>,
 }
@@ -148,6 +146,7 @@ pub(super) fn run(tuned: Tuned, threads: usize, most: usize) {
             }
             starved &= tuned.work.len() >= climb.threads();
         }
+        join_finished(&mut added);
         let now = tuned.times.totals().1;
         let rate = now.saturating_sub(last) as f64 / PERIOD.as_secs_f64();
         last = now;
@@ -156,26 +155,24 @@ pub(super) fn run(tuned: Tuned, threads: usize, most: usize) {
             Step::Add => {
                 let n = climb.threads();
                 widen(&tuned.plan, n);
-                tuned.wanted.store(n, Ordering::Release);
                 tuned.peak.fetch_max(n, Ordering::AcqRel);
                 tuned.times.threads.store(n, Ordering::Release);
+                // The thread numbered `index` runs while the threads wanted (the count in
+                // `times`) are more than its number: a retirement stops it before its next item.
                 let index = n - 1;
-                let (plan, work, done, times, wanted) = (
+                let (plan, work, done, times) = (
                     Arc::clone(&tuned.plan),
                     tuned.work.clone(),
                     tuned.done.clone(),
                     Arc::clone(&tuned.times),
-                    Arc::clone(&tuned.wanted),
                 );
-                let keep = move || index < wanted.load(Ordering::Acquire);
                 added.push(spawn(&format!("granary-compute-{index}"), move || {
-                    compute(&plan, &work, &done, &times, &keep)
+                    compute(&plan, &work, &done, &times, &|| index < times.threads())
                 }));
                 tracing::debug!(threads = n, rate, "tuning: added a compute thread");
             }
             Step::Retire => {
                 let n = climb.threads();
-                tuned.wanted.store(n, Ordering::Release);
                 tuned.times.threads.store(n, Ordering::Release);
                 widen(&tuned.plan, n);
                 tracing::debug!(threads = n, rate, "tuning: the added thread did not pay; retired it");
@@ -188,6 +185,18 @@ pub(super) fn run(tuned: Tuned, threads: usize, most: usize) {
     // The threads end once the work queue is empty and closed; this thread's ends go first.
     drop(tuned);
     for handle in added {
+        if let Err(panic) = handle.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// Joins the added threads that ended (retired ones), passing a panic on, so that a long run's
+/// retirements do not pile up.
+fn join_finished(added: &mut Vec<JoinHandle<()>>) {
+    let (ended, running): (Vec<_>, Vec<_>) = added.drain(..).partition(JoinHandle::is_finished);
+    *added = running;
+    for handle in ended {
         if let Err(panic) = handle.join() {
             std::panic::resume_unwind(panic);
         }
