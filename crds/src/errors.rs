@@ -45,6 +45,12 @@ impl ErrorsSpec {
         self.policy == ErrorPolicy::Skip
     }
 
+    /// `maxSkipped`, when `total` skipped elements pass it under `policy: skip`: the pipeline
+    /// fails. The one rule for the dispatcher and for a run in one process.
+    pub fn exceeded_by(&self, total: u64) -> Option<u64> {
+        self.max_skipped.filter(|&max| self.skips() && total > max)
+    }
+
     /// `spec.errors` of a pipeline given as JSON (as the dispatcher keeps it); the default (`fail`)
     /// when it has none or cannot be read.
     pub fn of_manifest_json(json: &str) -> ErrorsSpec {
@@ -98,5 +104,14 @@ mod tests {
         let mut none = Vec::new();
         ErrorsSpec { policy: ErrorPolicy::Skip, max_skipped: Some(0) }.check(&mut none);
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_skip_total_past_max_skipped_is_exceeded_only_under_skip() {
+        let skip = ErrorsSpec { policy: ErrorPolicy::Skip, max_skipped: Some(1) };
+        assert_eq!(skip.exceeded_by(1), None);
+        assert_eq!(skip.exceeded_by(2), Some(1));
+        assert_eq!(ErrorsSpec { policy: ErrorPolicy::Skip, max_skipped: None }.exceeded_by(99), None);
+        assert_eq!(ErrorsSpec { policy: ErrorPolicy::Fail, max_skipped: Some(0) }.exceeded_by(5), None);
     }
 }

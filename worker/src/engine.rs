@@ -362,7 +362,7 @@ impl Engine {
             ready: VecDeque::new(),
             done: false,
             skips: executor::Skips::default(),
-            max_skipped: self.spec.errors.as_ref().filter(|e| e.skips()).and_then(|e| e.max_skipped),
+            errors: self.spec.errors.clone().unwrap_or_default(),
         }
     }
 }
@@ -379,8 +379,8 @@ pub struct EpochBatches {
     done: bool,
     /// Elements dropped so far under `spec.errors.policy: skip`, over every split.
     skips: executor::Skips,
-    /// `spec.errors.maxSkipped`, when the pipeline skips.
-    max_skipped: Option<u64>,
+    /// `spec.errors`: the limit on skips.
+    errors: granary_crds::ErrorsSpec,
 }
 
 impl EpochBatches {
@@ -409,14 +409,21 @@ impl EpochBatches {
         if self.skips.first.is_none() {
             self.skips.first = skipped.first;
         }
-        match self.max_skipped {
-            Some(max) if self.skips.elements > max => Err(EngineError::TooManySkipped {
+        match self.errors.exceeded_by(self.skips.elements) {
+            Some(max) => Err(EngineError::TooManySkipped {
                 skipped: self.skips.elements,
                 max,
                 first: self.skips.first.clone().unwrap_or_else(|| "not described".into()),
             }),
-            _ => Ok(()),
+            None => Ok(()),
         }
+    }
+
+    /// Ends the iteration with `error`: nothing after it is handed out.
+    fn fail(&mut self, error: EngineError) -> EngineError {
+        self.done = true;
+        self.ready.clear();
+        error
     }
 
     /// Queues the merged tails as the epoch's last batch (unless `dropRemainder`).
@@ -466,23 +473,15 @@ impl Iterator for EpochBatches {
             match self.execution.next() {
                 Some(Ok(Output::Batch { batch, tail })) => {
                     if let Err(e) = self.take(batch, tail) {
-                        self.done = true;
-                        self.ready.clear();
-                        return Some(Err(e));
+                        return Some(Err(self.fail(e)));
                     }
                 }
                 Some(Ok(Output::SplitDone { skipped, .. })) => {
                     if let Err(e) = self.count_skips(skipped) {
-                        self.done = true;
-                        self.ready.clear();
-                        return Some(Err(e));
+                        return Some(Err(self.fail(e)));
                     }
                 }
-                Some(Err(e)) => {
-                    self.done = true;
-                    self.ready.clear();
-                    return Some(Err(e.into()));
-                }
+                Some(Err(e)) => return Some(Err(self.fail(e.into()))),
                 None => {
                     self.done = true;
                     self.flush_tails();

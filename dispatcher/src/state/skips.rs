@@ -50,7 +50,7 @@ impl State {
                  run this pipeline's spec?"
             ))
         } else {
-            p.skips.errors.max_skipped.filter(|&max| total > max).map(|max| {
+            p.skips.errors.exceeded_by(total).map(|max| {
                 format!(
                     "{total} elements were skipped, more than spec.errors.maxSkipped ({max}) allows{last}; \
                      fix or remove the failing elements, or raise maxSkipped"
