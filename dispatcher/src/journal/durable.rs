@@ -8,7 +8,7 @@ use object_store::path::Path as StorePath;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// The folder a local journal lives in, and the object path it corresponds to.
+/// The folder a local journal lives in: the files of its objects are under it.
 #[derive(Clone, Debug)]
 pub(super) struct LocalFolder {
     /// The journal's folder on the file system.
