@@ -112,6 +112,8 @@ pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 /// How long a worker waits before asking again for the parts of a split it counted while the
 /// splits before it in the epoch are still being computed: short, because it holds the output.
 const COUNT_RETRY_MS: u32 = 20;
+/// The most splits one `LeaseSplit` call grants (`max_leases` above it is cut to it).
+pub const MAX_LEASES_PER_CALL: u32 = 16;
 
 impl Dispatcher {
     /// Who made `request`, with what it may do; UNAUTHENTICATED when authentication is on and
@@ -245,19 +247,44 @@ impl dispatcher_server::Dispatcher for Dispatcher {
         // backed-up jobs is answered at once: it asks again when its queues drain.
         let wait = Duration::from_millis(self.state().timing.lease_wait_ms);
         let deadline = tokio::time::Instant::now() + wait;
+        let wanted = req.max_leases.clamp(1, MAX_LEASES_PER_CALL) as usize;
         loop {
             let wake = self.inner.leasable.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
-            let lease = self.mutate(|s, now| s.lease_avoiding(&req.worker_id, &req.backed_up, now)).await?;
-            if lease.is_some() {
-                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 0 }));
+            // Every split granted by one call is journaled as one group, and answered at once.
+            let mut leases = self
+                .mutate(|s, now| {
+                    let mut leases = Vec::new();
+                    while leases.len() < wanted {
+                        match s.lease_avoiding(&req.worker_id, &req.backed_up, now) {
+                            Ok(Some(lease)) => leases.push(lease),
+                            Ok(None) => break,
+                            Err(e) if leases.is_empty() => return Err(e),
+                            // The leases granted already are answered, not dropped.
+                            Err(_) => break,
+                        }
+                    }
+                    Ok(leases)
+                })
+                .await?
+                .into_iter();
+            if let Some(lease) = leases.next() {
+                let more = leases.collect();
+                return Ok(Response::new(pb::LeaseSplitResponse {
+                    lease: Some(lease),
+                    retry_after_ms: 0,
+                    more,
+                }));
             }
+            let none = |retry_after_ms| {
+                Response::new(pb::LeaseSplitResponse { retry_after_ms, ..Default::default() })
+            };
             if !req.backed_up.is_empty() {
-                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 50 }));
+                return Ok(none(50));
             }
             if tokio::time::timeout_at(deadline, wake).await.is_err() {
-                return Ok(Response::new(pb::LeaseSplitResponse { lease, retry_after_ms: 10 }));
+                return Ok(none(10));
             }
         }
     }

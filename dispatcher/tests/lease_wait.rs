@@ -1,7 +1,7 @@
 //! A `LeaseSplit` call with nothing to lease waits for work to become leasable, over a real
 //! connection on 127.0.0.1: a worker whose consumer is an epoch behind gets the next epoch's
 //! split as soon as the consumer says it moved on, in the same call, rather than an empty answer
-//! to try again later.
+//! to try again later. One call may lease several splits (`max_leases`).
 
 use granary_dispatcher::state::Timing;
 use granary_dispatcher::{Catalog, Dispatcher, DispatcherConfig};
@@ -71,7 +71,7 @@ async fn setup(rpc: &mut DispatcherClient<Channel>) -> (String, pb::RegisterClie
 }
 
 fn lease_request(worker_id: &str) -> pb::LeaseSplitRequest {
-    pb::LeaseSplitRequest { worker_id: worker_id.to_string(), backed_up: Vec::new() }
+    pb::LeaseSplitRequest { worker_id: worker_id.to_string(), ..Default::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +116,32 @@ async fn a_lease_call_with_nothing_to_lease_answers_within_its_wait_and_a_backed
     assert!(answer.retry_after_ms > 0, "the worker is told when to ask again");
     // A worker that reports backed-up jobs waits on its own queues, not on the dispatcher.
     let backed_up = vec![pb::JobRef { pipeline: "p".into(), job: session.job.clone() }];
-    let request = pb::LeaseSplitRequest { worker_id, backed_up };
+    let request = pb::LeaseSplitRequest { worker_id, backed_up, ..Default::default() };
     let answer = rpc.lease_split(request).await.unwrap().into_inner();
     assert!(answer.lease.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_leases_as_many_splits_as_asked_for_while_there_are_some() {
+    let (mut rpc, _stop) = start(Duration::from_millis(100)).await;
+    let (worker_id, _) = setup(&mut rpc).await;
+    let ask =
+        |max_leases| pb::LeaseSplitRequest { worker_id: worker_id.clone(), max_leases, ..Default::default() };
+    let first = rpc.lease_split(ask(3)).await.unwrap().into_inner();
+    let mut leases: Vec<pb::Lease> = first.lease.into_iter().chain(first.more).collect();
+    assert_eq!(leases.len(), 3, "three leases in one answer");
+    // Two epochs are leasable (8 splits): 5 remain, and a call asking for more gets those 5.
+    let rest = rpc.lease_split(ask(100)).await.unwrap().into_inner();
+    assert_eq!(rest.retry_after_ms, 0);
+    leases.extend(rest.lease.into_iter().chain(rest.more));
+    assert_eq!(leases.len(), 2 * SPLITS);
+    let mut granted: Vec<(u32, u64)> = leases.iter().map(|l| (l.epoch, l.split)).collect();
+    granted.sort_unstable();
+    granted.dedup();
+    assert_eq!(granted.len(), 2 * SPLITS, "each split of the two epochs once: {granted:?}");
+    let mut ids: Vec<u64> = leases.iter().map(|l| l.lease_id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 2 * SPLITS, "each lease has an id of its own");
+    let none = rpc.lease_split(ask(4)).await.unwrap().into_inner();
+    assert!(none.lease.is_none() && none.more.is_empty());
 }

@@ -112,10 +112,18 @@ impl Dispatcher for Stub {
     async fn lease_split(&self, _: Request<LeaseSplitRequest>) -> Reply<LeaseSplitResponse> {
         let mut seen = self.seen.lock().unwrap();
         if seen.leased {
-            return Ok(Response::new(LeaseSplitResponse { lease: None, retry_after_ms: 50 }));
+            return Ok(Response::new(LeaseSplitResponse {
+                lease: None,
+                retry_after_ms: 50,
+                more: Vec::new(),
+            }));
         }
         seen.leased = true;
-        Ok(Response::new(LeaseSplitResponse { lease: Some(self.lease.clone()), retry_after_ms: 0 }))
+        Ok(Response::new(LeaseSplitResponse {
+            lease: Some(self.lease.clone()),
+            retry_after_ms: 0,
+            more: Vec::new(),
+        }))
     }
     async fn renew_lease(&self, _: Request<RenewLeaseRequest>) -> Reply<RenewLeaseResponse> {
         Ok(Response::new(RenewLeaseResponse::default()))

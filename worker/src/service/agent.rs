@@ -403,28 +403,36 @@ impl Agent {
                 .into_iter()
                 .map(|(pipeline, job)| JobRef { pipeline, job })
                 .collect();
-            let request = LeaseSplitRequest { worker_id: self.worker_id(), backed_up };
+            // All the leases the target lacks, in one call: short splits then need a round trip
+            // each only when the dispatcher has fewer to give.
+            let max_leases = u32::try_from(pacer.target() - asked_with).unwrap_or(u32::MAX);
+            let request = LeaseSplitRequest { worker_id: self.worker_id(), backed_up, max_leases };
             let wait = match self.client().lease_split(request).await {
                 Ok(response) => {
                     backoff.reset();
                     let response = response.into_inner();
-                    match response.lease {
-                        Some(lease) if stop.is_cancelled() => {
-                            self.leases.insert(lease.clone());
-                            self.give_back(lease.lease_id).await;
-                            return;
-                        }
-                        Some(lease) => {
-                            pacer.granted(asked_with, self.leases.producing());
-                            match self.start(lease).await {
-                                Ok(()) => continue,
-                                Err(()) => backoff.next(),
-                            }
-                        }
-                        None => match response.retry_after_ms {
+                    let leases: Vec<Lease> = response.lease.into_iter().chain(response.more).collect();
+                    if leases.is_empty() {
+                        match response.retry_after_ms {
                             0 => DEFAULT_RETRY,
                             ms => Duration::from_millis(u64::from(ms).clamp(10, 5_000)),
-                        },
+                        }
+                    } else if stop.is_cancelled() {
+                        for lease in leases {
+                            self.leases.insert(lease.clone());
+                            self.give_back(lease.lease_id).await;
+                        }
+                        return;
+                    } else {
+                        pacer.granted(asked_with, self.leases.producing());
+                        let mut started = true;
+                        for lease in leases {
+                            started &= self.start(lease).await.is_ok();
+                        }
+                        if started {
+                            continue;
+                        }
+                        backoff.next()
                     }
                 }
                 Err(status) => {
