@@ -91,6 +91,11 @@ fn main() -> ExitCode {
     // Before anything links rustls a config (object stores, the Kubernetes client, gRPC).
     granary_security::provider::install();
     let cli = Cli::parse();
+    // Every thread this process starts serves, reads, or waits, and yields its core to the
+    // engine's compute threads rather than preempt them (see `granary_worker::scheduling`).
+    if let Err(e) = granary_worker::scheduling::serve_without_preempting() {
+        tracing::debug!("threads keep the normal scheduling policy: {e}");
+    }
     let result = match cli.command {
         Command::Run(args) => commands::run::run(&args),
         Command::Bench(args) => commands::bench::bench(&args),

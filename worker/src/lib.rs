@@ -17,6 +17,7 @@ pub mod element;
 pub mod engine;
 pub mod executor;
 pub mod ops;
+pub mod scheduling;
 pub mod seed;
 pub mod service;
 pub mod source;

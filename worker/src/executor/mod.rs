@@ -632,6 +632,11 @@ fn compute(
     times: &StageTimes,
     keep: &dyn Fn() -> bool,
 ) {
+    // The thread that started this one may run under `SCHED_BATCH`; under the normal policy,
+    // the serving threads' wakeups wait for it rather than preempt it (see `crate::scheduling`).
+    if let Err(e) = crate::scheduling::compute_first() {
+        tracing::debug!("a compute thread keeps its inherited scheduling policy: {e}");
+    }
     while keep() {
         let Ok(item) = work.recv() else { return };
         let out = match item {

@@ -154,7 +154,7 @@ impl Runner {
         }
         let (a, b) = (sock_fd.as_raw_fd(), shm_fd.as_raw_fd());
         // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-        // (dup2, prctl) on descriptors that are open in the child.
+        // (dup2, prctl, sched_setscheduler) on descriptors that are open in the child.
         unsafe {
             command.pre_exec(move || {
                 if libc::dup2(a, SOCKET_FD) < 0 || libc::dup2(b, SHM_FD) < 0 {
@@ -162,6 +162,9 @@ impl Runner {
                 }
                 // The runner ends with the worker, even when the worker is killed.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // A runner computes, like the worker's compute threads (see `crate::scheduling`);
+                // one left under the spawner's policy only loses wakeup preemption.
+                let _ = crate::scheduling::compute_first();
                 Ok(())
             });
         }
