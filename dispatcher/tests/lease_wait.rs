@@ -140,6 +140,7 @@ async fn one_call_leases_as_many_splits_as_asked_for_while_there_are_some() {
     granted.dedup();
     assert_eq!(granted.len(), 2 * SPLITS, "each split of the two epochs once: {granted:?}");
     let mut ids: Vec<u64> = leases.iter().map(|l| l.lease_id).collect();
+    ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 2 * SPLITS, "each lease has an id of its own");
     let none = rpc.lease_split(ask(4)).await.unwrap().into_inner();
