@@ -78,14 +78,14 @@ pub fn buffer_fill(obs: &Observation) -> Option<f64> {
 }
 
 /// Fraction of the workers' cores kept busy computing: elements produced per second times the
-/// compute seconds per element (all stages), over the cores; `None` without stage times. Well
+/// compute seconds per element (all stages and any finishing), over the cores; `None` without stage times. Well
 /// under 1 means the workers wait on their consumers: supply exceeds demand, even when the
 /// backlog sits in transport windows and client buffers rather than in the workers' queues.
 pub fn busy_fraction(obs: &Observation) -> Option<f64> {
     let mut busy = 0.0;
     let mut cores = 0.0;
     for w in &obs.workers {
-        let per_element: f64 = w.stages.iter().map(|s| s.seconds_per_element).filter(|s| s.is_finite()).sum();
+        let per_element = compute_seconds_per_element(w);
         if w.cores == 0 {
             continue;
         }
@@ -100,6 +100,12 @@ pub fn busy_fraction(obs: &Observation) -> Option<f64> {
         cores += f64::from(w.cores);
     }
     (cores > 0.0).then(|| (busy / cores).min(1.0))
+}
+
+/// A worker's compute seconds per element: its stages, and the finishing it does for its
+/// consumers when placement puts that on the workers.
+pub fn compute_seconds_per_element(w: &WorkerMetrics) -> f64 {
+    w.stages.iter().map(|s| sane(s.seconds_per_element)).sum::<f64>() + sane(w.finish_seconds_per_element)
 }
 
 /// Where a per-worker rate estimate came from.
@@ -129,7 +135,7 @@ fn measured(w: &WorkerMetrics, elements_per_batch: u32) -> f64 {
 
 /// A worker's capacity from its stage times: its cores over the compute time of one batch.
 fn from_stages(w: &WorkerMetrics, elements_per_batch: u32) -> Option<f64> {
-    let per_element: f64 = w.stages.iter().map(|s| sane(s.seconds_per_element)).sum();
+    let per_element = compute_seconds_per_element(w);
     let per_batch = per_element * f64::from(elements_per_batch.max(1));
     (per_batch > 0.0 && w.cores > 0).then(|| f64::from(w.cores) / per_batch)
 }

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::placement::Place;
+
 /// Mean compute time of one stage, as a worker reports it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageTime {
@@ -36,6 +38,11 @@ pub struct WorkerMetrics {
     pub cpu_cores_used: f64,
     /// Cores the worker may use.
     pub cores: u32,
+    /// Compute seconds per element the worker spent finishing tensors its consumers would
+    /// otherwise finish (placement put the job's final normalization on the workers); 0 when it
+    /// finished none in the interval.
+    #[serde(default)]
+    pub finish_seconds_per_element: f64,
 }
 
 /// One consumer's (trainer process's) metrics over the last interval.
@@ -54,6 +61,13 @@ pub struct ConsumerMetrics {
     pub batches_total: u64,
     /// Batches this consumer received per second.
     pub batches_per_second: f64,
+    /// Cores its host left idle over the interval; `None` when the host cannot measure them.
+    #[serde(default)]
+    pub host_idle_cores: Option<f64>,
+    /// Cores its client spent finishing tensors the workers left to it (placement), over the
+    /// interval.
+    #[serde(default)]
+    pub finish_cores: f64,
 }
 
 /// How the batches of a job reach its consumers.
@@ -80,6 +94,10 @@ pub struct JobMetrics {
     pub batches_per_epoch: u64,
     /// Its connected consumers.
     pub consumers: Vec<ConsumerMetrics>,
+    /// Where the job's deferred finishing (the final normalization) runs now: its clients, or
+    /// the workers when the trainers' hosts have no room (see [`crate::placement`]).
+    #[serde(default)]
+    pub finishing: Place,
 }
 
 /// Bounds and prices that come with the pipeline's spec.

@@ -15,6 +15,11 @@
 //!   bottleneck (buffers under half full and, where stage times tell, cores at least 80% busy).
 //!   Otherwise it is `cores / (Σ stage seconds_per_element ×
 //!   batch size)`, or the output scaled to all cores by the CPU in use.
+//! * **Trainer hosts** ([`trainer_hosts`]): where a job's clients finish its tensors on their
+//!   hosts' idle cores (placement), `r` counts that share of the work as done off the workers
+//!   while every host keeps room for it at the demand, and as the workers' once a host would
+//!   not: the workers' CPU per batch, `cores / r`, loses the finishing they do now and gains
+//!   what they will do at `D`.
 //! * **Needed** `n = ceil(D × headroom / r)` (headroom 1.02), within bounds. With both prices
 //!   set, the count of least cost per batch instead, `argmin (C_trainers + n·c_worker) /
 //!   min(n·r, D)`, which is `n` or `n − 1` (see [`granary::cost`]).
@@ -69,6 +74,7 @@ pub mod policy;
 pub mod policy_kind;
 pub mod report;
 pub mod simulate;
+pub mod trainer_hosts;
 mod window;
 mod wording;
 

@@ -17,8 +17,10 @@
 //! - a consumer that reports no idle figure (its host cannot measure it) counts as having room,
 //!   which is how clients that predate placement were served.
 
+use serde::{Deserialize, Serialize};
+
 /// Where the final normalization runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Place {
     /// In the trainer's client (the default: the wire carries a quarter of the bytes).
     #[default]

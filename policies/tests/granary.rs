@@ -3,6 +3,7 @@
 mod fixtures;
 
 use fixtures::Pool;
+use granary_policies::placement::Place;
 use granary_policies::{Decision, DecisionKind, GranaryPolicy, JobMetrics, Observation, Policy};
 
 /// Feeds `pool` every 5 s from `from_s` until the policy changes the target (at most `limit`
@@ -37,6 +38,37 @@ fn scales_to_the_model_count_in_one_decision() {
     {
         assert!(d.reason.contains(part), "{part:?} not in {:?}", d.reason);
     }
+}
+
+#[test]
+fn trainer_hosts_with_idle_cores_count_as_capacity() {
+    // The starved pool's job defers 2 ms an element of finishing (0.512 CPU-s a batch of 256);
+    // its workers spend 8 / 3.5 = 2.29 CPU-s a batch now. Each of its two trainers receives
+    // 5 batches/s and would take 10 at the demand: 5.12 cores of finishing per host.
+    let scale = |pool: Pool| {
+        let mut p = GranaryPolicy::default();
+        let (d, _) = until_change(&mut p, &pool, 5.0, 10);
+        d.expect("a decision")
+    };
+    // The clients finish, and their hosts keep room at the demand: the measured rate stands.
+    let d = scale(Pool::starved().finishing(0.002, Place::Client, Some(8.0)));
+    assert_eq!(d.target, 6, "{}", d.reason);
+    assert!(d.reason.contains("trainer hosts finish `train` tensors on their idle cores"), "{}", d.reason);
+    // Hosts with half a core idle cannot: the workers will finish, at 2.80 CPU-s a batch
+    // (2.86 batches/s each): 20 × 1.02 / 2.86 = 7.1 → 8.
+    let d = scale(Pool::starved().finishing(0.002, Place::Client, Some(0.5)));
+    assert_eq!(d.target, 8, "{}", d.reason);
+    assert!(d.reason.contains("trainer hosts lack the idle cores to finish `train` tensors"), "{}", d.reason);
+    // The workers finish now, within the measured 3.5 batches/s; idle hosts will take it back,
+    // leaving 1.77 CPU-s a batch (4.5 batches/s each): 20.4 / 4.5 = 4.5 → 5.
+    let d = scale(Pool::starved().finishing(0.002, Place::Workers, Some(8.0)));
+    assert_eq!(d.target, 5, "{}", d.reason);
+    // Busy hosts leave it on the workers: the measured rate stands, as without finishing.
+    let d = scale(Pool::starved().finishing(0.002, Place::Workers, Some(0.5)));
+    assert_eq!(d.target, 6, "{}", d.reason);
+    let d = scale(Pool::starved());
+    assert_eq!(d.target, 6);
+    assert!(!d.reason.contains("trainer hosts"), "nothing deferred: {}", d.reason);
 }
 
 #[test]

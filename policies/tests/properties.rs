@@ -1,5 +1,6 @@
 //! Properties every policy keeps on arbitrary input, and Granary's stability under noise.
 
+use granary_policies::placement::Place;
 use granary_policies::{
     ConsumerMetrics, DecisionKind, JobMetrics, JobMode, Observation, PolicyKind, PoolConfig, ScaleToZero,
     StageTime, WorkerMetrics,
@@ -27,8 +28,8 @@ fn count() -> impl Strategy<Value = u32> {
 }
 
 fn worker() -> impl Strategy<Value = WorkerMetrics> {
-    (value(), value(), value(), value(), count(), count(), value(), count()).prop_map(
-        |(eps, bps, bytes, spe, buffered, capacity, cpu, cores)| WorkerMetrics {
+    (value(), value(), value(), value(), count(), count(), value(), count(), value()).prop_map(
+        |(eps, bps, bytes, spe, buffered, capacity, cpu, cores, finish)| WorkerMetrics {
             elements_per_second: eps,
             batches_per_second: bps,
             bytes_per_second: bytes,
@@ -38,31 +39,35 @@ fn worker() -> impl Strategy<Value = WorkerMetrics> {
             active_leases: 1,
             cpu_cores_used: cpu,
             cores: cores % 256,
+            finish_seconds_per_element: finish,
         },
     )
 }
 
 fn consumer() -> impl Strategy<Value = ConsumerMetrics> {
-    (value(), value(), count(), any::<u64>(), value()).prop_map(|(step, wait, buffered, total, bps)| {
-        ConsumerMetrics {
+    (value(), value(), count(), any::<u64>(), value(), prop::option::of(value()), value()).prop_map(
+        |(step, wait, buffered, total, bps, idle, finish)| ConsumerMetrics {
             consumer_index: 0,
             step_seconds: step,
             wait_seconds: wait,
             buffered_batches: buffered,
             batches_total: total,
             batches_per_second: bps,
-        }
-    })
+            host_idle_cores: idle,
+            finish_cores: finish,
+        },
+    )
 }
 
 fn job() -> impl Strategy<Value = JobMetrics> {
-    (prop::collection::vec(consumer(), 0..4), any::<bool>(), count(), any::<u64>()).prop_map(
-        |(consumers, replicated, epoch, per_epoch)| JobMetrics {
+    (prop::collection::vec(consumer(), 0..4), any::<bool>(), count(), any::<u64>(), any::<bool>()).prop_map(
+        |(consumers, replicated, epoch, per_epoch, on_workers)| JobMetrics {
             name: "j".into(),
             mode: if replicated { JobMode::Replicated } else { JobMode::Distributed },
             epoch,
             batches_per_epoch: per_epoch,
             consumers,
+            finishing: if on_workers { Place::Workers } else { Place::Client },
         },
     )
 }
@@ -219,6 +224,7 @@ impl Stationary {
             active_leases: 1,
             cpu_cores_used: (8.0 / self.capacity_factor * n()).min(8.0),
             cores: 8,
+            finish_seconds_per_element: 0.0,
         };
         let workers: Vec<WorkerMetrics> = (0..workers).map(|_| worker(&mut noise)).collect();
         let wait = self.step * self.wait_fraction / (1.0 - self.wait_fraction);
@@ -230,6 +236,7 @@ impl Stationary {
                 buffered_batches: 2,
                 batches_total: (now_s * 10.0) as u64,
                 batches_per_second: 1.0 / (self.step + wait),
+                ..Default::default()
             })
             .collect();
         let (w, t) = if self.priced { (Some(1.0), Some(2.0)) } else { (None, None) };

@@ -27,8 +27,9 @@ impl GranaryPolicy {
             Some(RateSource::CpuScaled) => " (from CPU use)",
             None => "",
         };
+        let hosts = if m.hosts.is_empty() { String::new() } else { format!(" ({})", m.hosts) };
         let model_text = format!(
-            "{waits}{} {} {} batches/s{how}, demand is {}/s",
+            "{waits}{} {} {} batches/s{how}{hosts}, demand is {}/s",
             workers(desired),
             make(desired),
             rate(supply),

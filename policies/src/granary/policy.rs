@@ -8,6 +8,7 @@ use crate::decision::Decision;
 use crate::estimate::{self, RateSource};
 use crate::inputs::{Observation, PoolConfig};
 use crate::policy::Policy;
+use crate::trainer_hosts;
 use crate::window::Window;
 use crate::wording::workers;
 
@@ -52,6 +53,8 @@ pub(super) struct Model {
     pub(super) demand: f64,
     pub(super) per_worker: f64,
     pub(super) band: f64,
+    /// What the trainers' hosts take on, in words (empty when nothing).
+    pub(super) hosts: String,
 }
 
 impl GranaryPolicy {
@@ -167,7 +170,7 @@ impl GranaryPolicy {
         }
         let noise = self.demand.relative_error().hypot(self.rate.relative_error());
         let band = (self.config.noise_sigmas * noise).max(self.config.min_band).min(0.5);
-        Ok(Model { demand, per_worker, band })
+        Ok(Model { demand, per_worker, band, hosts: String::new() })
     }
 
     /// The opposite change is refused until the cooldown passed.
@@ -246,7 +249,14 @@ impl Policy for GranaryPolicy {
             }
         }
         match self.model() {
-            Ok(m) => self.decide(obs, &m),
+            Ok(mut m) => {
+                // The trainers' hosts carry the finishing they have room for at the demand.
+                if let Some(share) = trainer_hosts::host_share(obs, m.per_worker) {
+                    m.per_worker = share.per_worker;
+                    m.hosts = share.describe();
+                }
+                self.decide(obs, &m)
+            }
             Err(why) => Decision::hold(desired, format!("{why}; holding {}", workers(desired))),
         }
     }

@@ -63,6 +63,8 @@ impl World<'_> {
                 active_leases: active_jobs,
                 cpu_cores_used: cpu,
                 cores: s.cores_per_worker,
+                // The simulated pipelines leave no finishing to their trainers.
+                finish_seconds_per_element: 0.0,
             });
         }
         for w in &mut self.workers {
@@ -115,6 +117,8 @@ impl World<'_> {
                 buffered_batches: (prefetched / k).round() as u32,
                 batches_total: (job.consumed * per_consumer).floor() as u64,
                 batches_per_second: steps / interval,
+                host_idle_cores: None,
+                finish_cores: 0.0,
             });
         }
         JobMetrics {
@@ -124,6 +128,7 @@ impl World<'_> {
                 .unwrap_or(u32::MAX),
             batches_per_epoch: spec.batches_per_epoch,
             consumers,
+            finishing: Default::default(),
         }
     }
 }

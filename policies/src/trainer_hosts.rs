@@ -1,0 +1,290 @@
+//! Trainer hosts as capacity: the per-worker rate the autoscaler plans with, once the trainers'
+//! hosts take their share of the work.
+//!
+//! Placement ([`crate::placement`]) lets a job's clients finish its tensors (the final
+//! normalization) on their hosts' idle cores, so each batch costs the workers less CPU. That
+//! share holds only while the hosts keep room for it: at a higher demand each client finishes
+//! more elements a second, and once a host would drop under the reserve, placement hands the
+//! finishing back to the workers and every batch costs them more. The reverse holds too: a job
+//! finished by the workers now, whose hosts would have room for it at the demand, will move to
+//! its clients and free the workers' share.
+//!
+//! So the model does not take the measured rate as it is. It takes the workers' CPU per batch
+//! (`cores / rate`), removes what they spend finishing now, and adds what they would spend at
+//! the demand, job by job, weighted by each job's share of the demand:
+//!
+//! `c = cores / r − Σ_j (D_j / D) · f_j · B · [workers finish j now]
+//!                + Σ_j (D_j / D) · f_j · B · [j's hosts lack room at D_j]`
+//!
+//! and plans with `cores / c`. `f_j` is the finishing's CPU seconds per element, as its clients
+//! measured it (`finish_cores` over the elements they received) or else as the workers did; a
+//! consumer's host lacks room when `idle + finishing now − f_j · elements a second at D_j` falls
+//! under the reserve (plus the margin placement asks before it moves work back to clients).
+//! Hosts that cannot measure their idle cores count as having room, as placement counts them.
+
+use crate::estimate::job_demand;
+use crate::inputs::{JobMetrics, JobMode, Observation, sane};
+use crate::placement::{HYSTERESIS_CORES, Place, RESERVE_CORES};
+use crate::wording::rate;
+
+/// One job's finishing, as the model sees it at the demand.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobFinishing {
+    /// Job name.
+    pub job: String,
+    /// Where it runs now.
+    pub now: Place,
+    /// Where it runs at the job's demand: on the clients while every host keeps room for it.
+    pub at_demand: Place,
+    /// The job's demand, batches per second.
+    pub demand: f64,
+    /// Cores the finishing takes on each consumer's host at that demand.
+    pub cores_per_host: f64,
+}
+
+/// The per-worker rate with the trainer hosts' share counted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostShare {
+    /// Batches per second one worker makes once each job's finishing runs where it will at the
+    /// demand.
+    pub per_worker: f64,
+    /// The jobs whose finishing cost is known.
+    pub jobs: Vec<JobFinishing>,
+}
+
+impl HostShare {
+    /// What the hosts change, in words, for the autoscaler's reason; empty when no job defers
+    /// finishing to its clients.
+    pub fn describe(&self) -> String {
+        let on_hosts: Vec<&JobFinishing> =
+            self.jobs.iter().filter(|j| j.at_demand == Place::Client).collect();
+        let on_workers: Vec<&JobFinishing> =
+            self.jobs.iter().filter(|j| j.at_demand == Place::Workers).collect();
+        let mut parts = Vec::new();
+        if !on_hosts.is_empty() {
+            let cores = on_hosts.iter().map(|j| j.cores_per_host).fold(0.0, f64::max);
+            parts.push(format!(
+                "trainer hosts finish {} on their idle cores ({cores:.2} cores each at the demand)",
+                names(&on_hosts)
+            ));
+        }
+        if !on_workers.is_empty() {
+            let demand: f64 = on_workers.iter().map(|j| j.demand).sum();
+            parts.push(format!(
+                "trainer hosts lack the idle cores to finish {} at {} batches/s, so the workers will",
+                names(&on_workers),
+                rate(demand)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+fn names(jobs: &[&JobFinishing]) -> String {
+    let names: Vec<String> = jobs.iter().map(|j| format!("`{}`", j.job)).collect();
+    format!("{} tensors", names.join(", "))
+}
+
+/// The finishing's CPU seconds per element for `job`: its clients' measure (cores spent over the
+/// elements they received) while they finish, else the workers' while they do.
+fn finish_seconds_per_element(job: &JobMetrics, obs: &Observation, batch: f64) -> Option<f64> {
+    let (cores, elements) = job.consumers.iter().fold((0.0, 0.0), |(c, e), m| {
+        let (f, bps) = (sane(m.finish_cores), sane(m.batches_per_second));
+        if f > 0.0 && bps > 0.0 { (c + f, e + bps * batch) } else { (c, e) }
+    });
+    if cores > 0.0 && elements > 0.0 {
+        return Some(cores / elements);
+    }
+    let workers: Vec<f64> =
+        obs.workers.iter().map(|w| sane(w.finish_seconds_per_element)).filter(|s| *s > 0.0).collect();
+    (!workers.is_empty()).then(|| workers.iter().sum::<f64>() / workers.len() as f64)
+}
+
+/// Whether every consumer's host keeps room for finishing `cores_per_host` more, from where the
+/// finishing runs now (a move back to the clients asks for placement's margin too).
+fn hosts_have_room(job: &JobMetrics, cores_per_host: f64) -> bool {
+    job.consumers.iter().all(|c| {
+        let Some(idle) = c.host_idle_cores.filter(|i| i.is_finite()) else { return true };
+        let (finishing_now, margin) = match job.finishing {
+            Place::Client => (sane(c.finish_cores), 0.0),
+            Place::Workers => (0.0, HYSTERESIS_CORES),
+        };
+        idle.max(0.0) + finishing_now - cores_per_host >= RESERVE_CORES + margin
+    })
+}
+
+/// The per-worker rate to plan with, from the measured (or estimated) `per_worker` batches per
+/// second; `None` when nothing defers finishing, or the batch size, the workers' cores or the
+/// demand is unknown, and the rate stands as it is.
+pub fn host_share(obs: &Observation, per_worker: f64) -> Option<HostShare> {
+    let batch = f64::from(obs.config.elements_per_batch);
+    let cores: Vec<f64> = obs.workers.iter().map(|w| f64::from(w.cores)).filter(|c| *c > 0.0).collect();
+    if batch <= 0.0 || cores.is_empty() || !(per_worker > 0.0 && per_worker.is_finite()) {
+        return None;
+    }
+    let cores = cores.iter().sum::<f64>() / cores.len() as f64;
+    let demands: Vec<(f64, &JobMetrics)> =
+        obs.jobs.iter().filter_map(|j| Some((job_demand(j)?, j))).filter(|(d, _)| *d > 0.0).collect();
+    let total: f64 = demands.iter().map(|(d, _)| d).sum();
+    if !(total > 0.0 && total.is_finite()) {
+        return None;
+    }
+    let mut cpu_per_batch = cores / per_worker;
+    let (mut removed, mut added) = (0.0, 0.0);
+    let mut jobs = Vec::new();
+    for (demand, job) in demands {
+        let Some(f) = finish_seconds_per_element(job, obs, batch) else { continue };
+        let per_host_elements = match job.mode {
+            JobMode::Distributed => demand * batch / job.consumers.len().max(1) as f64,
+            JobMode::Replicated => demand * batch,
+        };
+        let cores_per_host = f * per_host_elements;
+        let at_demand = if hosts_have_room(job, cores_per_host) { Place::Client } else { Place::Workers };
+        let share = demand / total * f * batch;
+        if job.finishing == Place::Workers {
+            removed += share;
+        }
+        if at_demand == Place::Workers {
+            added += share;
+        }
+        jobs.push(JobFinishing {
+            job: job.name.clone(),
+            now: job.finishing,
+            at_demand,
+            demand,
+            cores_per_host,
+        });
+    }
+    if jobs.is_empty() {
+        return None;
+    }
+    // What the workers spend finishing now cannot exceed what they spend in all; a measure that
+    // says so is noise, and a tenth of the batch's CPU is kept for the rest.
+    cpu_per_batch = (cpu_per_batch - removed).max(cpu_per_batch * 0.1) + added;
+    Some(HostShare { per_worker: cores / cpu_per_batch, jobs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::{ConsumerMetrics, PoolConfig, WorkerMetrics};
+
+    /// One job of `consumers` trainers stepping at `step` s, one 4-core worker, batches of 100:
+    /// finishing costs 1 ms an element, the workers' own work 4 ms.
+    fn obs(consumers: u32, step: f64, idle: Option<f64>, finishing: Place) -> Observation {
+        let finish_cores = |bps: f64| if finishing == Place::Client { bps * 100.0 * 0.001 } else { 0.0 };
+        let bps = 1.0 / step;
+        Observation {
+            workers: vec![WorkerMetrics {
+                cores: 4,
+                finish_seconds_per_element: if finishing == Place::Workers { 0.001 } else { 0.0 },
+                ..Default::default()
+            }],
+            jobs: vec![JobMetrics {
+                name: "train".into(),
+                finishing,
+                consumers: (0..consumers)
+                    .map(|i| ConsumerMetrics {
+                        consumer_index: i,
+                        step_seconds: step,
+                        batches_per_second: bps,
+                        host_idle_cores: idle,
+                        finish_cores: finish_cores(bps),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            config: PoolConfig { elements_per_batch: 100, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn hosts_with_room_keep_the_workers_rate_and_hosts_without_it_lower_it() {
+        // The workers make 10 batches/s (0.4 CPU-s each) while the clients finish.
+        // Two trainers at 4 steps/s each finish 400 elements/s = 0.4 cores each: 2 idle is room.
+        let share = host_share(&obs(2, 0.25, Some(2.0), Place::Client), 10.0).unwrap();
+        assert!(close(share.per_worker, 10.0), "{share:?}");
+        assert_eq!(share.jobs[0].at_demand, Place::Client);
+        assert!(close(share.jobs[0].cores_per_host, 0.4));
+        assert!(share.describe().contains("trainer hosts finish `train` tensors"), "{}", share.describe());
+        // 0.1 idle: 0.1 + 0.4 − 0.4 < 0.5, the finishing goes to the workers: 0.5 CPU-s a batch.
+        let share = host_share(&obs(2, 0.25, Some(0.1), Place::Client), 10.0).unwrap();
+        assert!(close(share.per_worker, 8.0), "{share:?}");
+        assert!(share.describe().contains("lack the idle cores"), "{}", share.describe());
+    }
+
+    #[test]
+    fn a_demand_the_hosts_cannot_finish_counts_the_finishing_on_the_workers() {
+        let share = host_share(&obs(2, 0.25, Some(1.2), Place::Client), 10.0).unwrap();
+        assert_eq!(share.jobs[0].at_demand, Place::Client, "at 4 steps/s there is room");
+        // The trainers now step 4× faster but still receive 4 batches/s each (they wait): at
+        // the demand each finishes 1,600 elements/s, 1.6 cores, and 1.2 idle + 0.4 finishing
+        // now leaves nothing.
+        let mut o = obs(2, 0.0625, Some(1.2), Place::Client);
+        o.jobs[0].consumers.iter_mut().for_each(|c| {
+            c.batches_per_second = 4.0;
+            c.finish_cores = 0.4;
+        });
+        let share = host_share(&o, 10.0).unwrap();
+        assert!(close(share.jobs[0].cores_per_host, 1.6));
+        assert_eq!(share.jobs[0].at_demand, Place::Workers);
+        assert!(close(share.per_worker, 8.0));
+    }
+
+    #[test]
+    fn finishing_on_the_workers_with_idle_hosts_counts_the_hosts_cores() {
+        // The workers finish now, 0.5 CPU-s a batch (8/s); hosts with 2 idle cores take 0.4 each
+        // with the margin to spare, so the workers will make 10/s.
+        let share = host_share(&obs(2, 0.25, Some(2.0), Place::Workers), 8.0).unwrap();
+        assert_eq!(share.jobs[0].at_demand, Place::Client);
+        assert!(close(share.per_worker, 10.0), "{share:?}");
+        // Hosts at 1.0 idle: 1.0 − 0.4 is under reserve plus margin; it stays on the workers.
+        let share = host_share(&obs(2, 0.25, Some(1.0), Place::Workers), 8.0).unwrap();
+        assert!(close(share.per_worker, 8.0), "{share:?}");
+    }
+
+    #[test]
+    fn unmeasured_hosts_have_room_and_replicas_each_finish_every_batch() {
+        let share = host_share(&obs(2, 0.25, None, Place::Workers), 8.0).unwrap();
+        assert!(close(share.per_worker, 10.0));
+        // Replicated: each of 4 trainers finishes all 4 batches/s (0.4 cores), not a quarter.
+        let mut o = obs(4, 0.25, Some(0.85), Place::Client);
+        o.jobs[0].mode = JobMode::Replicated;
+        let share = host_share(&o, 10.0).unwrap();
+        assert!(close(share.jobs[0].cores_per_host, 0.4));
+        assert_eq!(share.jobs[0].at_demand, Place::Client, "0.85 + 0.4 − 0.4 ≥ 0.5");
+    }
+
+    #[test]
+    fn nothing_to_count_without_finishing_batch_size_cores_or_demand() {
+        let mut none = obs(2, 0.25, Some(2.0), Place::Client);
+        none.jobs[0].consumers.iter_mut().for_each(|c| c.finish_cores = 0.0);
+        assert_eq!(host_share(&none, 10.0), None, "nothing deferred");
+        let mut no_batch = obs(2, 0.25, Some(2.0), Place::Client);
+        no_batch.config.elements_per_batch = 0;
+        assert_eq!(host_share(&no_batch, 10.0), None);
+        let mut no_cores = obs(2, 0.25, Some(2.0), Place::Client);
+        no_cores.workers[0].cores = 0;
+        assert_eq!(host_share(&no_cores, 10.0), None);
+        let mut no_demand = obs(2, 0.25, Some(2.0), Place::Client);
+        no_demand.jobs[0].consumers.iter_mut().for_each(|c| c.step_seconds = 0.0);
+        assert_eq!(host_share(&no_demand, 10.0), None);
+        assert_eq!(host_share(&obs(2, 0.25, Some(2.0), Place::Client), f64::NAN), None);
+    }
+
+    #[test]
+    fn a_finishing_measure_larger_than_the_batch_leaves_a_floor() {
+        // The workers "spend" 5 CPU-s a batch finishing but 0.5 in all: noise; the rate stays
+        // finite and positive.
+        let mut o = obs(2, 0.25, Some(2.0), Place::Workers);
+        o.workers[0].finish_seconds_per_element = 0.05;
+        let share = host_share(&o, 8.0).unwrap();
+        assert!(share.per_worker.is_finite() && share.per_worker > 0.0);
+    }
+}
