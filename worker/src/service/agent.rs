@@ -365,6 +365,10 @@ impl Agent {
             active_leases: self.leases.len(),
             cores: self.config.cores,
             stages,
+            finished: (
+                self.counters.finish_nanos.load(Ordering::Relaxed),
+                self.counters.finish_elements.load(Ordering::Relaxed),
+            ),
         });
         if let Some(exposition) = &self.exposition {
             let totals = Totals {

@@ -16,6 +16,7 @@ use crate::executor::Skips;
 use granary_proto::v1::{self as pb, Lease, SplitEnd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// What a producer thread reports to the agent.
@@ -107,7 +108,14 @@ impl Delivery {
     pub(crate) fn push(&self, job: &Job, routed: Routed) {
         let Routed { consumers, mut part } = routed;
         if let Some(deferred) = &self.deferred {
-            deferred.apply(&mut part.tensors, job.lease.normalize_on_worker);
+            let started = Instant::now();
+            let finished = deferred.apply(&mut part.tensors, job.lease.normalize_on_worker);
+            if finished > 0 {
+                let counters = &self.sinks.counters;
+                let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                counters.finish_nanos.fetch_add(nanos, Ordering::Relaxed);
+                counters.finish_elements.fetch_add(finished, Ordering::Relaxed);
+            }
         }
         let last = consumers.len().saturating_sub(1);
         let mut part = Some(part);

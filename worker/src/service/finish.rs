@@ -33,15 +33,19 @@ impl Deferred {
     }
 
     /// Readies `tensors` of a part for the wire: the field's tensor is normalized here when
-    /// `on_worker`, else it is marked for the consumer to finish.
-    pub(crate) fn apply(&self, tensors: &mut [Tensor], on_worker: bool) {
+    /// `on_worker`, else it is marked for the consumer to finish. Returns the images normalized
+    /// here.
+    pub(crate) fn apply(&self, tensors: &mut [Tensor], on_worker: bool) -> u64 {
+        let mut images = 0;
         for tensor in tensors.iter_mut().filter(|t| t.name == self.field) {
             if on_worker && let Some(done) = self.normalized(tensor) {
+                images += done.shape.first().copied().unwrap_or(0);
                 *tensor = done;
             } else {
                 tensor.normalize = Some(self.message.clone());
             }
         }
+        images
     }
 
     /// `tensor` (`uint8` `[rows, h, w, 3]`) normalized to `float32` in the layout; `None` when
@@ -131,7 +135,7 @@ mod tests {
                 Tensor { name: "label".into(), dtype: "int64".into(), shape: vec![2], ..Default::default() };
             let mut tensors = vec![pixels(2, 3, 5), label.clone()];
             let source = tensors[0].data.clone();
-            d.apply(&mut tensors, true);
+            assert_eq!(d.apply(&mut tensors, true), 2, "two images normalized");
             assert_eq!((tensors[0].dtype.as_str(), &tensors[0].shape), ("float32", &shape));
             assert_eq!(tensors[0].normalize, None);
             assert_eq!(tensors[1], label, "other fields pass as they are");
@@ -148,12 +152,12 @@ mod tests {
         let d = deferred(granary_crds::ops::image::Layout::CHW);
         let mut tensors = vec![pixels(1, 2, 2)];
         let before = tensors[0].data.clone();
-        d.apply(&mut tensors, false);
+        assert_eq!(d.apply(&mut tensors, false), 0);
         assert_eq!(tensors[0].data, before);
         assert_eq!(tensors[0].normalize.as_ref().map(|n| n.layout.as_str()), Some("CHW"));
         // A tensor of another form is left to the consumer's checks, even on the worker.
         let mut odd = vec![Tensor { shape: vec![1, 2, 2], ..pixels(1, 2, 2) }];
-        d.apply(&mut odd, true);
+        assert_eq!(d.apply(&mut odd, true), 0);
         assert_eq!(odd[0].dtype, "uint8");
         assert!(odd[0].normalize.is_some());
     }

@@ -23,6 +23,11 @@ pub struct Counters {
     pub cache_fallback_splits: AtomicU64,
     /// Elements a stage failed on that were dropped (`spec.errors.policy: skip`).
     pub skipped: AtomicU64,
+    /// Nanoseconds spent finishing tensors for consumers (placement put the final
+    /// normalization on this worker).
+    pub finish_nanos: AtomicU64,
+    /// Elements finished so.
+    pub finish_elements: AtomicU64,
 }
 
 /// One engine's stage timers.
@@ -51,6 +56,8 @@ pub struct Inputs {
     pub cores: u32,
     /// The running engines' stage timers.
     pub stages: Vec<StageSource>,
+    /// Nanoseconds spent finishing tensors for consumers, and the elements finished, so far.
+    pub finished: (u64, u64),
 }
 
 /// Turns running totals into per-interval rates.
@@ -60,6 +67,8 @@ pub struct Sampler {
     parts: u64,
     bytes: u64,
     cpu: Option<Duration>,
+    /// Finishing nanoseconds and elements at the last sample.
+    finished: (u64, u64),
     /// Per engine: stage nanoseconds and elements at the last sample.
     stages: HashMap<String, (Vec<u64>, u64)>,
     /// Per stage name, in first-seen order: nanoseconds and elements since the sampler started.
@@ -92,6 +101,7 @@ impl Sampler {
             parts: 0,
             bytes: 0,
             cpu: cpu_time(),
+            finished: (0, 0),
             stages: HashMap::new(),
             stage_totals: Vec::new(),
         }
@@ -128,7 +138,9 @@ impl Sampler {
             cpu_cores_used,
             cores: inputs.cores,
             elements_total: inputs.elements_total,
+            finish_seconds_per_element: per_element(inputs.finished, self.finished),
         };
+        self.finished = inputs.finished;
         self.at = now;
         self.elements = inputs.elements_total;
         self.parts = inputs.parts_total;
@@ -183,6 +195,12 @@ impl Sampler {
     }
 }
 
+/// Seconds per element between two (nanoseconds, elements) totals; 0 when none passed.
+fn per_element(now: (u64, u64), before: (u64, u64)) -> f64 {
+    let elements = now.1.saturating_sub(before.1);
+    if elements == 0 { 0.0 } else { now.0.saturating_sub(before.0) as f64 / 1e9 / elements as f64 }
+}
+
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -221,6 +239,7 @@ mod tests {
             active_leases: 2,
             cores: 4,
             stages: Vec::new(),
+            finished: (0, 0),
         }
     }
 
@@ -239,5 +258,16 @@ mod tests {
         assert_eq!(second.bytes_per_second, 0.0);
         assert!(second.cpu_cores_used >= 0.0);
         assert!(cpu_time().is_some());
+    }
+
+    #[test]
+    fn finishing_time_is_per_element_over_the_interval() {
+        let mut sampler = Sampler::new();
+        let first = sampler.sample(Inputs { finished: (4_000_000, 8), ..inputs(8, 1, 100) });
+        assert!((first.finish_seconds_per_element - 0.0005).abs() < 1e-12);
+        let second = sampler.sample(Inputs { finished: (7_000_000, 10), ..inputs(10, 2, 200) });
+        assert!((second.finish_seconds_per_element - 0.0015).abs() < 1e-12, "3 ms over 2 elements");
+        let third = sampler.sample(Inputs { finished: (7_000_000, 10), ..inputs(12, 3, 300) });
+        assert_eq!(third.finish_seconds_per_element, 0.0, "finished nothing: the clients did");
     }
 }
