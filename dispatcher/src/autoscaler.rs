@@ -12,6 +12,7 @@ use crate::plan::Mode;
 use crate::pool::WorkerPool;
 use crate::service::Dispatcher;
 use granary_policies as policies;
+use granary_policies::placement::{HostLoad, Place};
 use granary_policies::{Decision, Observation, Policy, PoolConfig, ScaleToZero};
 use granary_proto::v1 as pb;
 use serde::Serialize;
@@ -258,6 +259,7 @@ impl Autoscaler {
                     epoch: p.epoch,
                     batches_per_epoch: p.batches_per_epoch,
                     consumers: Vec::new(),
+                    finishing: if p.normalize_on_worker { Place::Workers } else { Place::Client },
                 };
                 (p.job, job)
             })
@@ -265,9 +267,20 @@ impl Autoscaler {
         let attached: BTreeSet<(String, u32)> =
             self.dispatcher.attached(&self.pipeline).into_iter().collect();
         let mut reported = false;
+        let hosts: BTreeMap<(&str, u32), &HostLoad> =
+            snapshot.hosts.iter().map(|(job, index, load)| ((job.as_str(), *index), load)).collect();
         for (job, index, m) in &snapshot.consumers {
             if let (Some(j), true) = (jobs.get_mut(job), attached.contains(&(job.clone(), *index))) {
-                j.consumers.push(consumer(*index, m));
+                let mut c = consumer(*index, m);
+                if let Some(host) = hosts.get(&(job.as_str(), *index)) {
+                    c.host_idle_cores = host.idle_cores;
+                    // What the client spends finishing while it does (placement keeps the last
+                    // figure it reported above nothing).
+                    if j.finishing == Place::Client {
+                        c.finish_cores = host.last_finish_cores.unwrap_or(0.0);
+                    }
+                }
+                j.consumers.push(c);
                 reported = true;
             }
         }
@@ -316,6 +329,7 @@ fn worker(m: &pb::WorkerMetrics) -> policies::WorkerMetrics {
         active_leases: m.active_leases,
         cpu_cores_used: m.cpu_cores_used,
         cores: m.cores,
+        finish_seconds_per_element: m.finish_seconds_per_element,
     }
 }
 
@@ -327,6 +341,8 @@ fn consumer(index: u32, m: &pb::ClientMetrics) -> policies::ConsumerMetrics {
         buffered_batches: m.buffered_batches,
         batches_total: m.batches_total,
         batches_per_second: m.batches_per_second,
+        host_idle_cores: None,
+        finish_cores: 0.0,
     }
 }
 

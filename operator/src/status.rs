@@ -555,6 +555,7 @@ mod tests {
         let snapshot = MetricsSnapshot {
             workers: Vec::new(),
             consumers: vec![("j".into(), 0, m(10.0, 0.03, 0.01)), ("j".into(), 1, m(5.0, 0.01, 0.01))],
+            ..Default::default()
         };
         let (throughput, wait) = rates(&snapshot, 8);
         assert_eq!(throughput, Some(120.0));

@@ -115,6 +115,35 @@ async fn a_trainer_that_never_reported_counts_as_attached() {
 }
 
 #[tokio::test]
+async fn the_policy_sees_where_each_job_finishes_and_its_trainers_hosts() {
+    let d = dispatcher().await;
+    let (a, _asked) = autoscaler(&d, PoolConfig::default(), 1);
+    let t = trainer(&d, "train").await;
+    let beat = |idle: Option<f64>, finish: f64| pb::ClientHeartbeatRequest {
+        client_id: t.client_id.clone(),
+        pipeline: "p".into(),
+        job: t.job.clone(),
+        consumer_index: t.consumer_index,
+        wants_data: true,
+        host_idle_cores: idle,
+        finish_cores: finish,
+        metrics: Some(pb::ClientMetrics { step_seconds: 0.1, batches_per_second: 8.0, ..Default::default() }),
+        ..Default::default()
+    };
+    d.client_heartbeat(tonic::Request::new(beat(Some(3.0), 0.4))).await.unwrap();
+    let job = &a.observe(Instant::now()).jobs[0];
+    assert_eq!(job.finishing, Place::Client);
+    let c = &job.consumers[0];
+    assert_eq!((c.host_idle_cores, c.finish_cores, c.batches_per_second), (Some(3.0), 0.4, 8.0));
+    // The host got busy: placement hands the finishing to the workers, and the client's last
+    // figure no longer counts as finishing now.
+    d.client_heartbeat(tonic::Request::new(beat(Some(0.1), 0.4))).await.unwrap();
+    let job = &a.observe(Instant::now()).jobs[0];
+    assert_eq!(job.finishing, Place::Workers);
+    assert_eq!((job.consumers[0].host_idle_cores, job.consumers[0].finish_cores), (Some(0.1), 0.0));
+}
+
+#[tokio::test]
 async fn a_completed_pipeline_releases_its_workers_and_a_new_trainer_starts_them() {
     let d = dispatcher().await;
     let bounds = PoolConfig { min_workers: 2, max_workers: 4, ..PoolConfig::default() };

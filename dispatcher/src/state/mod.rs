@@ -403,6 +403,9 @@ pub struct MetricsSnapshot {
     pub workers: Vec<(String, pb::WorkerMetrics)>,
     /// Per consumer (job, index, metrics).
     pub consumers: Vec<(String, u32, pb::ClientMetrics)>,
+    /// What each of those consumers' hosts last reported (job, index, load), for placement and
+    /// the autoscaler's count of trainer-host cores.
+    pub hosts: Vec<(String, u32, HostLoad)>,
 }
 
 /// Progress of one job.
@@ -703,6 +706,7 @@ impl State {
                 for (index, c) in &j.consumers {
                     if let Some(m) = &c.metrics {
                         snap.consumers.push((job.clone(), *index, m.clone()));
+                        snap.hosts.push((job.clone(), *index, c.host));
                     }
                 }
             }
