@@ -78,9 +78,10 @@ pub fn buffer_fill(obs: &Observation) -> Option<f64> {
 }
 
 /// Fraction of the workers' cores kept busy computing: elements produced per second times the
-/// compute seconds per element (all stages and any finishing), over the cores; `None` without stage times. Well
-/// under 1 means the workers wait on their consumers: supply exceeds demand, even when the
-/// backlog sits in transport windows and client buffers rather than in the workers' queues.
+/// compute seconds per element (all stages and any finishing), over the cores; `None` without
+/// stage times. Well under 1 means the workers wait on their consumers: supply exceeds demand,
+/// even when the backlog sits in transport windows and client buffers rather than in the
+/// workers' queues.
 pub fn busy_fraction(obs: &Observation) -> Option<f64> {
     let mut busy = 0.0;
     let mut cores = 0.0;

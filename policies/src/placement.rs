@@ -46,15 +46,27 @@ pub struct HostLoad {
     pub last_finish_cores: Option<f64>,
 }
 
+/// Whether a host with `idle` idle cores, whose client finishes with `finishing_now` cores now,
+/// keeps room for finishing that takes `need` cores: the reserve left over, plus the margin
+/// when the work would move back from the workers (`current` is [`Place::Workers`]).
+pub fn keeps_room(current: Place, idle: f64, finishing_now: f64, need: f64) -> bool {
+    let margin = match current {
+        Place::Client => 0.0,
+        Place::Workers => HYSTERESIS_CORES,
+    };
+    idle.max(0.0) + finishing_now - need >= RESERVE_CORES + margin
+}
+
 /// Where a job's normalization runs next, from where it runs now and its consumers' loads.
 pub fn place(current: Place, consumers: &[HostLoad]) -> Place {
     let fits = |load: &HostLoad| -> bool {
         let Some(idle) = load.idle_cores.filter(|i| i.is_finite()) else { return true };
         match current {
-            Place::Client => idle >= RESERVE_CORES,
+            // What the host measures already excludes the finishing it does.
+            Place::Client => keeps_room(current, idle, 0.0, 0.0),
             Place::Workers => {
                 let need = load.last_finish_cores.filter(|c| c.is_finite()).unwrap_or(ASSUMED_FINISH_CORES);
-                idle >= need.max(0.0) + RESERVE_CORES + HYSTERESIS_CORES
+                keeps_room(current, idle, 0.0, need.max(0.0))
             }
         }
     };

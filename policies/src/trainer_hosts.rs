@@ -24,7 +24,7 @@
 
 use crate::estimate::job_demand;
 use crate::inputs::{JobMetrics, JobMode, Observation, sane};
-use crate::placement::{HYSTERESIS_CORES, Place, RESERVE_CORES};
+use crate::placement::{Place, keeps_room};
 use crate::wording::rate;
 
 /// One job's finishing, as the model sees it at the demand.
@@ -105,11 +105,11 @@ fn finish_seconds_per_element(job: &JobMetrics, obs: &Observation, batch: f64) -
 fn hosts_have_room(job: &JobMetrics, cores_per_host: f64) -> bool {
     job.consumers.iter().all(|c| {
         let Some(idle) = c.host_idle_cores.filter(|i| i.is_finite()) else { return true };
-        let (finishing_now, margin) = match job.finishing {
-            Place::Client => (sane(c.finish_cores), 0.0),
-            Place::Workers => (0.0, HYSTERESIS_CORES),
+        let finishing_now = match job.finishing {
+            Place::Client => sane(c.finish_cores),
+            Place::Workers => 0.0,
         };
-        idle.max(0.0) + finishing_now - cores_per_host >= RESERVE_CORES + margin
+        keeps_room(job.finishing, idle, finishing_now, cores_per_host)
     })
 }
 
