@@ -147,6 +147,7 @@ impl Client {
         let (replays, replay_requests) = mpsc::channel(replay::QUEUE);
         let mut streams = WorkerStreams::new(Arc::clone(&session), events_sender.clone());
         streams.update(&response.workers);
+        let listed = !response.workers.is_empty();
         let interval = match response.heartbeat_interval_ms {
             0 => DEFAULT_HEARTBEAT,
             ms => Duration::from_millis(u64::from(ms)),
@@ -157,6 +158,7 @@ impl Client {
                 Arc::clone(&session),
                 streams,
                 interval,
+                listed,
             )),
             _replay: TaskGuard::spawn(replay::run(dispatcher.clone(), Arc::clone(&session), replay_requests)),
         };

@@ -3,6 +3,11 @@
 //! A dispatcher that restarted and forgot this consumer answers `NOT_FOUND`; the consumer then
 //! registers again at its current position. While the dispatcher is unreachable the heartbeat
 //! retries with backoff and the worker streams keep delivering.
+//!
+//! While the dispatcher lists no worker (the trainer registered before any worker did: at the
+//! start of a run, or while its pipeline is scaled to zero), heartbeats come sooner, from
+//! [`DISCOVERY_FIRST`] doubling up to the interval, so that streaming starts as soon as a worker
+//! registers rather than a whole interval later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,17 +19,27 @@ use crate::dispatcher::{self, Dispatcher};
 use crate::session::Session;
 use crate::streams::WorkerStreams;
 
-/// Sends heartbeats every `interval` until dropped, keeping `streams` on the listed workers.
+/// The first delay between heartbeats while no worker is listed.
+pub(crate) const DISCOVERY_FIRST: Duration = Duration::from_millis(20);
+
+/// Sends heartbeats every `interval` until dropped, keeping `streams` on the listed workers;
+/// `listed` says whether the registration listed any.
 pub(crate) async fn run(
     mut dispatcher: Dispatcher,
     session: Arc<Session>,
     mut streams: WorkerStreams,
     interval: Duration,
+    mut listed: bool,
 ) {
     let mut backoff = Backoff::reconnect();
+    let mut discovery = Backoff::new(DISCOVERY_FIRST.min(interval), interval);
     let mut failing = false;
     loop {
-        let delay = if failing { backoff.next_delay() } else { interval };
+        let delay = match (failing, listed) {
+            (true, _) => backoff.next_delay(),
+            (false, true) => interval,
+            (false, false) => discovery.next_delay(),
+        };
         tokio::time::sleep(delay).await;
         let request = session.heartbeat();
         match dispatcher.client_heartbeat(request).await {
@@ -40,6 +55,10 @@ pub(crate) async fn run(
                     return;
                 }
                 session.set_capability(response.capability);
+                listed = !response.workers.is_empty();
+                if listed {
+                    discovery.reset();
+                }
                 streams.update(&response.workers);
             }
             Err(status) if status.code() == tonic::Code::NotFound => {

@@ -216,6 +216,28 @@ async fn resumes_from_a_checkpoint() {
     assert_eq!(batches.len(), 5);
 }
 
+/// A trainer that registered before any worker streams from the first one to register, long
+/// before its next regular heartbeat (a minute here) would have named it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finds_the_first_worker_without_waiting_a_heartbeat_interval() {
+    let (a, to_a) = FakeWorker::serve().await;
+    let (address, state, _stop) =
+        FakeDispatcher::serve(State { heartbeat_ms: 60_000, ..state(1, &[]) }).await;
+    let mut client = open(&address).await;
+    eventually(&state, |state| !state.heartbeats.is_empty()).await;
+    state.lock().unwrap().workers.push(a);
+    send_split0(&to_a, 0);
+    send_split1(&to_a, 0);
+    let batches = collect(&mut client).await;
+    assert_eq!(slots(&batches, 0), BTreeSet::from([0, 1, 2]));
+    // Once a worker is listed, heartbeats go back to the dispatcher's interval.
+    let heartbeats = state.lock().unwrap().heartbeats.len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = state.lock().unwrap().heartbeats.len();
+    // The final heartbeat of the finished client may still arrive.
+    assert!(after <= heartbeats + 1, "{heartbeats} heartbeats, then {after}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_again_when_the_dispatcher_forgets() {
     let (a, to_a) = FakeWorker::serve().await;
