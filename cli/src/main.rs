@@ -87,6 +87,7 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
+    summary::startup::mark();
     init_logging();
     // Before anything links rustls a config (object stores, the Kubernetes client, gRPC).
     granary_security::provider::install();

@@ -128,6 +128,10 @@ fn peak_rss_stays_within_prefetch_budget() {
         .args(["--json", "--prefetch-bytes", &budget.to_string(), "--set", &url])
         .args(["--set", "spec.batch.size=32", "--set", "spec.shuffle.buffer=16"])));
     assert_eq!(v["items"], 1200);
+    // The start-up, then the first batch, both counted from the command's start.
+    let startup = v["startup_seconds"].as_f64().expect("startup_seconds");
+    let first = v["first_batch_seconds"].as_f64().expect("first_batch_seconds once a batch arrived");
+    assert!(startup > 0.0 && first >= startup, "start-up {startup} s, first batch {first} s");
     let peak = v["peak_rss_bytes"].as_u64().expect("VmHWM is reported on Linux");
     let output_bytes = v["bytes"].as_u64().unwrap();
     assert!(output_bytes > dataset * 5, "the test must move far more bytes than the budget");

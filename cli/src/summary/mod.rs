@@ -5,6 +5,7 @@
 pub mod digest;
 pub mod padding;
 pub mod progress;
+pub mod startup;
 pub mod tally;
 
 use serde::Serialize;
@@ -55,6 +56,12 @@ pub struct RunSummary {
     pub items_per_s: f64,
     /// Tensor megabytes (10^6) per second.
     pub mb_per_s: f64,
+    /// Seconds from the command's start to the engine (`--workers 0`) or the local service
+    /// being ready: reading the manifest, listing the source, planning, starting the dispatcher
+    /// and the worker processes.
+    pub startup_seconds: f64,
+    /// Seconds from the command's start to the first batch; `None` when none arrived.
+    pub first_batch_seconds: Option<f64>,
     /// Peak resident memory of this process (VmHWM), if known.
     pub peak_rss_bytes: Option<u64>,
     /// Compute threads used.
@@ -120,6 +127,8 @@ impl RunSummary {
             seconds: 0.0,
             items_per_s: 0.0,
             mb_per_s: 0.0,
+            startup_seconds: 0.0,
+            first_batch_seconds: None,
             peak_rss_bytes: None,
             threads,
             epochs: Vec::new(),
@@ -176,7 +185,11 @@ impl RunSummary {
 
 /// Peak resident set size of this process (VmHWM), on Linux.
 pub fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    peak_rss_of(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// `VmHWM` of a `/proc/PID/status` text, in bytes (the kernel writes it in kB).
+pub fn peak_rss_of(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
@@ -195,6 +208,9 @@ pub fn print_summary(s: &RunSummary) {
         s.threads,
         s.peak_rss_bytes.map(|b| format!(", peak RSS {} MiB", b >> 20)).unwrap_or_default()
     );
+    if let Some(first) = s.first_batch_seconds {
+        println!("  first batch {first:.2} s after the start ({:.2} s to start up)", s.startup_seconds);
+    }
     for e in &s.epochs {
         let cache = match (&e.cache, e.predicted_items_per_s) {
             (Some(mode), predicted) => format!(

@@ -43,6 +43,7 @@ impl Tally {
     /// `--limit-batches` of `args`.
     pub fn new(pipeline: String, threads: usize, epochs: u32, args: &RunArgs) -> Tally {
         let mut summary = RunSummary::new(pipeline, threads);
+        summary.startup_seconds = super::startup::seconds();
         // Every epoch has a summary, even one without batches.
         summary.epochs = (0..epochs).map(EpochSummary::new).collect();
         Tally {
@@ -94,6 +95,7 @@ impl Tally {
             e.batches += 1;
         }
         let s = &mut self.summary;
+        s.first_batch_seconds.get_or_insert_with(super::startup::seconds);
         s.items += batch.rows;
         s.batches += 1;
         s.bytes += bytes;
