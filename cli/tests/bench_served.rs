@@ -1,5 +1,6 @@
-//! `granary bench --workers 1 --tls`: the served path measured plaintext and with TLS in one
-//! run, on a few generated images.
+//! `granary bench --workers 1` with `--tls` (the served path measured plaintext and with TLS in
+//! one run) and with `--trainers` (one trainer against several reading at once), on a few
+//! generated images.
 
 mod support;
 
@@ -67,4 +68,53 @@ fn tls_needs_workers() {
     let out = support::granary("bench", &[MANIFEST, "--tls"]);
     assert!(!out.status.success());
     assert!(support::text(&out.stderr).contains("--workers"), "{out:?}");
+}
+
+#[test]
+fn bench_trainers_reports_the_aggregate_the_waits_and_the_workers_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = data(dir.path());
+    let flags =
+        ["--json", "--trainers", "3", "--workers", "1", "--warmup", "1", "--batches", "6", "--threads", "1"];
+    let r: Value =
+        serde_json::from_str(bench(&flags, &set).lines().last().expect("a JSON line")).expect("JSON");
+    // The headline is one trainer's: two rounds, each timing half of the 6 batches of 4.
+    assert_eq!((r["trainers"].as_u64(), r["items"].as_u64()), (Some(3), Some(24)), "{r}");
+    for key in ["items_per_s", "trainers_items_per_s", "trainers_vs_one", "trainers_mb_per_s"] {
+        assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {r}");
+    }
+    for key in
+        ["next_wait_p50_ms", "next_wait_p99_ms", "trainers_next_wait_p50_ms", "trainers_next_wait_p99_ms"]
+    {
+        assert!(r[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {r}");
+    }
+    assert!(r["trainers_next_wait_p99_ms"].as_f64() >= r["trainers_next_wait_p50_ms"].as_f64(), "{r}");
+    for key in ["worker_cpu_s_per_gb", "trainers_worker_cpu_s_per_gb"] {
+        assert!(r[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {r}");
+    }
+    assert!(r["worker_cpu_s_per_gb"].as_f64() <= r["cpu_s_per_gb"].as_f64(), "the workers' share: {r}");
+    // A worker process holds at least its binary and a decoded image.
+    assert!(r["worker_peak_rss_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{r}");
+}
+
+#[test]
+fn bench_trainers_text_names_the_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = data(dir.path());
+    let out = bench(
+        &["--trainers", "2", "--workers", "1", "--warmup", "0", "--batches", "2", "--threads", "1"],
+        &set,
+    );
+    assert!(out.contains("2 trainers") && out.contains("× one trainer"), "{out}");
+    assert!(out.contains("wait in next()") && out.contains("peak resident memory of a worker"), "{out}");
+}
+
+#[test]
+fn trainers_need_workers_and_do_not_mix_with_tls() {
+    let out = support::granary("bench", &[MANIFEST, "--trainers", "2"]);
+    assert!(!out.status.success());
+    assert!(support::text(&out.stderr).contains("--workers"), "{out:?}");
+    let out = support::granary("bench", &[MANIFEST, "--trainers", "2", "--workers", "1", "--tls"]);
+    assert!(!out.status.success());
+    assert!(support::text(&out.stderr).contains("--tls"), "{out:?}");
 }

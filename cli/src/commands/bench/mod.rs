@@ -2,12 +2,14 @@
 //! a figure comparable across machines: against a straightforward baseline (every image stage
 //! on its own, full-size decode) and against the decode-only limit of the fast path. With
 //! `--workers N` it measures the served path instead: the local service read by one client over
-//! loopback, against the in-process engine; with `--tls` as well, plaintext against TLS.
+//! loopback, against the in-process engine; with `--tls` as well, plaintext against TLS; with
+//! `--trainers N`, one trainer against N reading at once.
 
-mod cpu;
 mod handshake;
 mod optimizer;
+mod proc_tree;
 mod served;
+mod trainers;
 
 use crate::args::engine_options;
 use crate::commands::run::load_or_report;
@@ -62,6 +64,13 @@ pub struct BenchArgs {
     /// ratio, the handshake time and the CPU cost per GB of each.
     #[arg(long, requires = "workers")]
     pub tls: bool,
+    /// With `--workers`: also read the served pipeline with this many trainers at once
+    /// (consumers `0..N` of one job, each with its share of every epoch), in rounds alternating
+    /// with one trainer, and report their aggregate throughput against one trainer's and the
+    /// wait of their `next()` calls.
+    #[arg(long, requires = "workers", conflicts_with = "tls", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub trainers: u32,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -116,8 +125,21 @@ struct Report {
     wire_mb_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_s_per_gb: Option<f64>,
+    /// The workers' share of `cpu_s_per_gb`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_cpu_s_per_gb: Option<f64>,
+    /// Median and 99th percentile of the trainer's `next()` wait, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_wait_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_wait_p99_ms: Option<f64>,
+    /// The largest peak resident set of a worker process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_peak_rss_bytes: Option<u64>,
     #[serde(flatten)]
     tls: Option<TlsReport>,
+    #[serde(flatten)]
+    trainers: Option<TrainersReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     in_process_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,6 +194,35 @@ impl TlsReport {
     }
 }
 
+/// The `--trainers` fields of the JSON line: the headline served figures are one trainer's.
+#[derive(Serialize, Debug)]
+struct TrainersReport {
+    trainers: u32,
+    /// Their aggregate throughput.
+    trainers_items_per_s: f64,
+    /// Aggregate over one trainer's throughput.
+    trainers_vs_one: f64,
+    trainers_mb_per_s: f64,
+    trainers_next_wait_p50_ms: Option<f64>,
+    trainers_next_wait_p99_ms: Option<f64>,
+    trainers_worker_cpu_s_per_gb: Option<f64>,
+}
+
+impl TrainersReport {
+    fn of(c: &served::TrainersComparison) -> TrainersReport {
+        let many = &c.many;
+        TrainersReport {
+            trainers: c.trainers,
+            trainers_items_per_s: round2(many.measurement.items_per_s),
+            trainers_vs_one: round3(many.measurement.items_per_s / c.one.measurement.items_per_s),
+            trainers_mb_per_s: round2(many.mb_per_s),
+            trainers_next_wait_p50_ms: many.next_wait_p50_ms.map(round3),
+            trainers_next_wait_p99_ms: many.next_wait_p99_ms.map(round3),
+            trainers_worker_cpu_s_per_gb: many.worker_cpu_s_per_gb.map(round3),
+        }
+    }
+}
+
 /// Runs `granary bench`.
 pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let Some(manifest) = load_or_report(&args.file, &args.set) else {
@@ -215,10 +266,17 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         n if n > 0 && args.tls => Some(served::compare_tls(&manifest, args, n).context("served")?),
         _ => None,
     };
-    let served = match (args.workers, &comparison) {
-        (_, Some(c)) => Some(c.plain),
-        (0, None) => None,
-        (n, None) => Some(served::measure(&manifest, args, n).context("served")?),
+    let many = match args.workers {
+        n if n > 0 && args.trainers > 1 => {
+            Some(served::compare_trainers(&manifest, args, n, args.trainers).context("served")?)
+        }
+        _ => None,
+    };
+    let served = match (args.workers, &comparison, &many) {
+        (_, Some(c), _) => Some(c.plain),
+        (_, _, Some(m)) => Some(m.one),
+        (0, None, None) => None,
+        (n, None, None) => Some(served::measure(&manifest, args, n).context("served")?),
     };
     let mut baseline = None;
     let mut limit = None;
@@ -254,7 +312,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         mb_per_s: served.map(|s| round2(s.mb_per_s)),
         wire_mb_per_s: served.map(|s| round2(s.wire_mb_per_s)),
         cpu_s_per_gb: served.and_then(|s| s.cpu_s_per_gb).map(round3),
+        worker_cpu_s_per_gb: served.and_then(|s| s.worker_cpu_s_per_gb).map(round3),
+        next_wait_p50_ms: served.and_then(|s| s.next_wait_p50_ms).map(round3),
+        next_wait_p99_ms: served.and_then(|s| s.next_wait_p99_ms).map(round3),
+        worker_peak_rss_bytes: served.and_then(|s| s.worker_peak_rss_bytes),
         tls: comparison.as_ref().map(TlsReport::of),
+        trainers: many.as_ref().map(TrainersReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
         vs_in_process: served.map(|s| round3(s.measurement.items_per_s / fast.items_per_s)),
         baseline_items_per_s: baseline.map(|b| round2(b.items_per_s)),
@@ -280,12 +343,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 args.workers,
                 s.measurement.items_per_s / fast.items_per_s
             );
-            if let Some(cpu) = s.cpu_s_per_gb {
-                println!("              {cpu:>9.2} CPU s per GB delivered (this process and the workers)");
-            }
+            print_served_costs(&s);
         }
         if let Some(c) = &comparison {
             print_tls(c);
+        }
+        if let Some(m) = &many {
+            print_trainers(m);
         }
         if let Some(u) = unoptimized {
             println!(
@@ -314,6 +378,37 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The CPU, wait and memory lines of a served measurement in the text report.
+fn print_served_costs(s: &served::Served) {
+    if let Some(cpu) = s.cpu_s_per_gb {
+        let workers =
+            s.worker_cpu_s_per_gb.map_or(String::new(), |w| format!(", {w:.2} of them the workers'"));
+        println!("              {cpu:>9.2} CPU s per GB delivered (this process and the workers{workers})");
+    }
+    if let (Some(p50), Some(p99)) = (s.next_wait_p50_ms, s.next_wait_p99_ms) {
+        println!("              {p50:>9.2} ms median wait in next(), {p99:.2} ms at the 99th percentile");
+    }
+    if let Some(rss) = s.worker_peak_rss_bytes {
+        println!(
+            "              {:>9.1} MiB peak resident memory of a worker",
+            rss as f64 / f64::from(1 << 20)
+        );
+    }
+}
+
+/// The `--trainers` lines of the text report.
+fn print_trainers(m: &served::TrainersComparison) {
+    println!(
+        "{:<13} {:>9.1} items/s   {:.0} MB/s delivered in all = {:.3}× one trainer ({} rounds each, alternated)",
+        format!("{} trainers", m.trainers),
+        m.many.measurement.items_per_s,
+        m.many.mb_per_s,
+        m.many.measurement.items_per_s / m.one.measurement.items_per_s,
+        served::TRAINER_ROUNDS
+    );
+    print_served_costs(&m.many);
 }
 
 /// The `--tls` lines of the text report.

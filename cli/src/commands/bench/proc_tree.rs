@@ -1,6 +1,7 @@
-//! CPU time of the bench process and of its child processes (the local service's workers), read
-//! from `/proc`: user plus system time of every thread, the figure `top` shows, so a window's
-//! cost is the difference of two readings taken while the workers run.
+//! The bench process and its child processes (the local service's workers), read from `/proc`:
+//! CPU time (user plus system time of every thread, the figure `top` shows, so a window's cost is
+//! the difference of two readings taken while the workers run) and the children's peak resident
+//! memory.
 
 use std::path::Path;
 
@@ -12,27 +13,68 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// machine's process count).
 const MAX_PROC_ENTRIES: usize = 1 << 20;
 
+/// CPU seconds used so far, split between this process and its children.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuSeconds {
+    /// This process: the dispatcher and the trainers' clients.
+    pub own: f64,
+    /// Its children alive now: the workers.
+    pub children: f64,
+}
+
+impl CpuSeconds {
+    /// Both together.
+    pub fn total(&self) -> f64 {
+        self.own + self.children
+    }
+
+    /// What was used between `before` and this reading (never negative: a child that exited
+    /// takes its seconds with it).
+    pub fn since(&self, before: &CpuSeconds) -> CpuSeconds {
+        CpuSeconds {
+            own: (self.own - before.own).max(0.0),
+            children: (self.children - before.children).max(0.0),
+        }
+    }
+}
+
 /// CPU seconds used so far by this process and by its children alive now; `None` where `/proc`
 /// cannot be read (not Linux).
-pub fn process_tree_seconds() -> Option<f64> {
+pub fn cpu_seconds() -> Option<CpuSeconds> {
     let own = stat_of(Path::new("/proc/self/stat"))?;
+    let children: u64 = children()?.iter().map(|(_, stat)| stat.ticks).sum();
+    Some(CpuSeconds {
+        own: own.ticks as f64 / TICKS_PER_SECOND,
+        children: children as f64 / TICKS_PER_SECOND,
+    })
+}
+
+/// The largest peak resident set (`VmHWM`) of this process's children alive now, in bytes;
+/// `None` where `/proc` cannot be read or there is no child.
+pub fn children_peak_rss_bytes() -> Option<u64> {
+    children()?
+        .iter()
+        .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|status| crate::summary::peak_rss_of(&status))
+        .max()
+}
+
+/// The children of this process alive now, with their stat; `None` where `/proc` cannot be
+/// listed.
+fn children() -> Option<Vec<(u32, Stat)>> {
     let pid = std::process::id();
-    let mut ticks = own.ticks;
-    let entries = std::fs::read_dir("/proc").ok()?;
-    for entry in entries.take(MAX_PROC_ENTRIES).flatten() {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()?.take(MAX_PROC_ENTRIES).flatten() {
         let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
+        let Some(child) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         // A process may exit between the listing and the read: skip it.
         if let Some(stat) = stat_of(&entry.path().join("stat"))
             && stat.ppid == pid
         {
-            ticks += stat.ticks;
+            found.push((child, stat));
         }
     }
-    Some(ticks as f64 / TICKS_PER_SECOND)
+    Some(found)
 }
 
 /// The fields of `/proc/PID/stat` this module uses.
@@ -71,15 +113,36 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_peak_resident_set_in_bytes() {
+        let status = "Name:\tgranary\nVmPeak:\t  900 kB\nVmHWM:\t  2048 kB\nVmRSS:\t 1024 kB\n";
+        assert_eq!(crate::summary::peak_rss_of(status), Some(2048 * 1024));
+        assert_eq!(crate::summary::peak_rss_of("Name:\tgranary\n"), None, "a kernel thread has no VmHWM");
+    }
+
+    #[test]
+    fn a_child_reports_its_peak_resident_set() {
+        if !Path::new("/proc/self/status").exists() {
+            return;
+        }
+        // A bounded child that lives long enough to be read.
+        let Ok(mut child) = std::process::Command::new("sleep").arg("5").spawn() else { return };
+        let peak = children_peak_rss_bytes();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(peak.is_some_and(|bytes| bytes > 0), "{peak:?}");
+    }
+
+    #[test]
     fn this_process_reads_a_growing_cpu_time() {
-        let Some(before) = process_tree_seconds() else { return };
+        let Some(before) = cpu_seconds() else { return };
         // Burn a little CPU (bounded) so the reading can only grow.
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         std::hint::black_box(x);
-        let after = process_tree_seconds().unwrap();
-        assert!(after >= before, "{after} < {before}");
+        let after = cpu_seconds().unwrap();
+        assert!(after.own >= before.own, "{after:?} < {before:?}");
+        assert!(after.since(&before).total() >= 0.0);
     }
 }

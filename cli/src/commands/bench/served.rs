@@ -1,15 +1,15 @@
 //! `granary bench --workers N`: the same pipeline served by the local service (dispatcher in
 //! this process, N worker processes) and read by one client over loopback gRPC, timed like the
 //! in-process run so the two figures are comparable. With `--tls` the served path is measured
-//! twice in the same run, plaintext and TLS with authentication, in alternating rounds.
+//! twice in the same run, plaintext and TLS with authentication, in alternating rounds; with
+//! `--trainers N`, read by one trainer and by N at once, in alternating rounds.
 
-use super::{BenchArgs, Measurement, cpu, handshake};
+use super::{BenchArgs, Measurement, handshake, proc_tree, trainers};
 use crate::local::{END_OF_RUN_GRACE, runtime, service};
 use crate::summary::padding::PaddingTally;
 use anyhow::Context;
-use granary_client::{Client, ClientOptions};
+use granary_client::ClientOptions;
 use granary_crds::Manifest;
-use std::time::Instant;
 
 /// Rounds of each kind with `--tls`, alternated plaintext, TLS, plaintext, TLS… so that a drift
 /// of the machine (heat, a neighbour's load) weighs on both alike.
@@ -28,6 +28,15 @@ pub struct Served {
     /// CPU seconds per gigabyte (10^9) delivered while timed: this process (dispatcher and
     /// client) and the worker processes, user and system time; `None` without `/proc`.
     pub cpu_s_per_gb: Option<f64>,
+    /// The worker processes' share of `cpu_s_per_gb`.
+    pub worker_cpu_s_per_gb: Option<f64>,
+    /// Median milliseconds a trainer's `next()` waited while timed.
+    pub next_wait_p50_ms: Option<f64>,
+    /// 99th percentile of the same.
+    pub next_wait_p99_ms: Option<f64>,
+    /// The largest peak resident set of a worker process, in bytes, read at the end of each
+    /// round; `None` without `/proc`.
+    pub worker_peak_rss_bytes: Option<u64>,
 }
 
 /// The served path measured plaintext and with TLS in one run.
@@ -47,15 +56,17 @@ pub struct TlsComparison {
 }
 
 /// Totals of timed batches, summed over rounds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Totals {
     items: u64,
     seconds: f64,
     bytes: u64,
     wire: u64,
-    cpu_seconds: f64,
+    cpu: proc_tree::CpuSeconds,
     /// A round had no CPU reading: the total is unknown.
     cpu_unknown: bool,
+    waits_ms: Vec<f64>,
+    peak_rss: Option<u64>,
     first_batch_seconds: Option<f64>,
     padding_fraction: Option<f64>,
 }
@@ -66,15 +77,35 @@ impl Totals {
         self.seconds += round.seconds;
         self.bytes += round.bytes;
         self.wire += round.wire;
-        self.cpu_seconds += round.cpu_seconds;
+        self.cpu.own += round.cpu.own;
+        self.cpu.children += round.cpu.children;
         self.cpu_unknown |= round.cpu_unknown;
+        self.waits_ms.extend(round.waits_ms);
+        self.peak_rss = self.peak_rss.max(round.peak_rss);
         self.first_batch_seconds = self.first_batch_seconds.or(round.first_batch_seconds);
         self.padding_fraction = self.padding_fraction.or(round.padding_fraction);
+    }
+
+    /// One round's totals: the trainers' window and the workers' peak memory.
+    fn of(window: trainers::Window, peak_rss: Option<u64>) -> Totals {
+        Totals {
+            items: window.items,
+            seconds: window.seconds,
+            bytes: window.bytes,
+            wire: window.wire,
+            cpu: window.cpu.unwrap_or_default(),
+            cpu_unknown: window.cpu.is_none(),
+            waits_ms: window.waits_ms,
+            peak_rss,
+            first_batch_seconds: window.first_batch_seconds,
+            padding_fraction: window.padding_fraction,
+        }
     }
 
     fn served(&self) -> Served {
         let seconds = self.seconds.max(1e-9);
         let gb = self.bytes as f64 / 1e9;
+        let per_gb = |cpu: f64| (!self.cpu_unknown && gb > 0.0).then(|| cpu / gb);
         Served {
             measurement: Measurement {
                 items: self.items,
@@ -85,7 +116,11 @@ impl Totals {
             },
             mb_per_s: self.bytes as f64 / seconds / 1e6,
             wire_mb_per_s: self.wire as f64 / seconds / 1e6,
-            cpu_s_per_gb: (!self.cpu_unknown && gb > 0.0).then(|| self.cpu_seconds / gb),
+            cpu_s_per_gb: per_gb(self.cpu.total()),
+            worker_cpu_s_per_gb: per_gb(self.cpu.children),
+            next_wait_p50_ms: trainers::quantile(&self.waits_ms, 0.5),
+            next_wait_p99_ms: trainers::quantile(&self.waits_ms, 0.99),
+            worker_peak_rss_bytes: self.peak_rss,
         }
     }
 }
@@ -95,7 +130,8 @@ impl Totals {
 pub fn measure(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyhow::Result<Served> {
     let manifest = with_enough_epochs(manifest, args.warmup + args.batches);
     runtime()?.block_on(async {
-        let (totals, _) = round(&manifest, args, workers, false, args.batches).await?;
+        let (totals, _) =
+            round(&manifest, args, Shape { workers, tls: false, trainers: 1 }, args.batches).await?;
         Ok(totals.served())
     })
 }
@@ -110,10 +146,15 @@ pub fn compare_tls(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyho
         let (mut plain_connect, mut handshakes) = (Vec::new(), Vec::new());
         for _ in 0..TLS_ROUNDS {
             let (totals, connect) =
-                round(&manifest, args, workers, false, per_round).await.context("plaintext")?;
+                round(&manifest, args, Shape { workers, tls: false, trainers: 1 }, per_round)
+                    .await
+                    .context("plaintext")?;
             plain.add(totals);
             plain_connect.push(connect.dispatcher_ms);
-            let (totals, connect) = round(&manifest, args, workers, true, per_round).await.context("TLS")?;
+            let (totals, connect) =
+                round(&manifest, args, Shape { workers, tls: true, trainers: 1 }, per_round)
+                    .await
+                    .context("TLS")?;
             tls.add(totals);
             handshakes.push(connect);
         }
@@ -130,6 +171,49 @@ pub fn compare_tls(manifest: &Manifest, args: &BenchArgs, workers: u32) -> anyho
     })
 }
 
+/// The served path read by one trainer and by several at once, in alternating rounds.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainersComparison {
+    /// Trainers of the job in the other rounds.
+    pub trainers: u32,
+    /// One trainer, rounds summed.
+    pub one: Served,
+    /// `trainers` trainers, rounds summed: their aggregate.
+    pub many: Served,
+}
+
+/// Measures the served path read by one trainer and by `trainers` (consumers `0..trainers` of
+/// one job) at once, [`TRAINER_ROUNDS`] rounds each, alternating; each round starts its own
+/// service and times its share of `args.batches`, pulled by its trainers together.
+pub fn compare_trainers(
+    manifest: &Manifest,
+    args: &BenchArgs,
+    workers: u32,
+    trainers: u32,
+) -> anyhow::Result<TrainersComparison> {
+    let per_round = args.batches.div_ceil(TRAINER_ROUNDS).max(1);
+    // A trainer may pull ahead while the others warm up: twice the epochs covers it.
+    let manifest = with_enough_epochs(manifest, (args.warmup + per_round).saturating_mul(2));
+    runtime()?.block_on(async {
+        let (mut one, mut many) = (Totals::default(), Totals::default());
+        for _ in 0..TRAINER_ROUNDS {
+            let shape = Shape { workers, tls: false, trainers: 1 };
+            one.add(round(&manifest, args, shape, per_round).await.context("one trainer")?.0);
+            let shape = Shape { workers, tls: false, trainers };
+            many.add(
+                round(&manifest, args, shape, per_round)
+                    .await
+                    .with_context(|| format!("{trainers} trainers"))?
+                    .0,
+            );
+        }
+        Ok(TrainersComparison { trainers, one: one.served(), many: many.served() })
+    })
+}
+
+/// Rounds of each kind with `--trainers`, alternated as [`TLS_ROUNDS`] are.
+pub const TRAINER_ROUNDS: u64 = 2;
+
 /// Every epoch has at least one batch, so `batches` epochs always cover a run; the plans of
 /// epochs never reached cost nothing but their seeds.
 fn with_enough_epochs(manifest: &Manifest, batches: u64) -> Manifest {
@@ -144,26 +228,37 @@ struct Connect {
     worker_ms: Option<f64>,
 }
 
-/// One service, one client: `args.warmup` batches untimed, then `batches` timed; then the
-/// connection times to the service, before it stops.
+/// What one round serves, and to whom.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// Worker processes.
+    workers: u32,
+    /// TLS and authentication on every endpoint.
+    tls: bool,
+    /// Trainers of the job, reading at once.
+    trainers: u32,
+}
+
+/// One service and its trainers: `args.warmup` batches each untimed, then `batches` timed
+/// between them; the workers' peak memory; then the connection times to the service, before it
+/// stops.
 async fn round(
     manifest: &Manifest,
     args: &BenchArgs,
-    workers: u32,
-    tls: bool,
+    shape: Shape,
     batches: u64,
 ) -> anyhow::Result<(Totals, Connect)> {
     let options = service::ServiceOptions {
         listen: ([127, 0, 0, 1], 0).into(),
         journal: None,
-        sizing: service::Sizing::Fixed(workers),
+        sizing: service::Sizing::Fixed(shape.workers),
         threads: args.threads,
         prefetch_bytes: args.prefetch_bytes.clone(),
         python: args.python.path.clone(),
         normalize_on_worker: args.normalize_on_worker,
         metrics_addr: None,
         cache_max_bytes: None,
-        tls,
+        tls: shape.tls,
     };
     let local = service::LocalService::start(manifest, &options).await?;
     let result = async {
@@ -182,7 +277,8 @@ async fn round(
             None => None,
         };
         let padding = PaddingTally::of(manifest);
-        let totals = read(client, args.warmup, args.warmup + batches, padding).await?;
+        let window = trainers::read(client, shape.trainers, args.warmup, batches, padding).await?;
+        let totals = Totals::of(window, proc_tree::children_peak_rss_bytes());
         let dispatcher_ms =
             handshake::median_connect_ms(&local.address.to_string(), material.as_ref()).await?;
         let worker_ms = match (material.as_ref(), local.dispatcher.workers(&local.pipeline).first()) {
@@ -196,51 +292,4 @@ async fn round(
     .await;
     local.stop(END_OF_RUN_GRACE).await;
     result
-}
-
-async fn read(
-    options: ClientOptions,
-    warmup: u64,
-    total: u64,
-    mut padding: Option<PaddingTally>,
-) -> anyhow::Result<Totals> {
-    let start = Instant::now();
-    let mut client = Client::open(options).await?;
-    let mut first_batch_seconds = None;
-    // Without warm-up the clock starts now, and the workers' start-up counts in the window.
-    let mut timed_start = (warmup == 0).then(Instant::now);
-    let mut cpu_start = if warmup == 0 { cpu::process_tree_seconds() } else { None };
-    let (mut pulled, mut items, mut bytes, mut wire) = (0u64, 0u64, 0u64, 0u64);
-    while pulled < total {
-        let Some(batch) = client.next().await else {
-            anyhow::bail!("the service ended after {pulled} of {total} batches");
-        };
-        let batch = batch?;
-        first_batch_seconds.get_or_insert_with(|| start.elapsed().as_secs_f64());
-        pulled += 1;
-        if pulled == warmup {
-            cpu_start = cpu::process_tree_seconds();
-            timed_start = Some(Instant::now());
-        } else if pulled > warmup {
-            items += batch.len() as u64;
-            bytes += batch.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
-            wire += batch.wire_bytes;
-            if let Some(p) = padding.as_mut() {
-                p.add(batch.tensors.iter().map(|t| (t.name.as_str(), &t.data[..])));
-            }
-        }
-    }
-    let seconds = timed_start.unwrap_or(start).elapsed().as_secs_f64().max(1e-9);
-    let cpu_seconds =
-        cpu_start.zip(cpu::process_tree_seconds()).map(|(before, after)| (after - before).max(0.0));
-    Ok(Totals {
-        items,
-        seconds,
-        bytes,
-        wire,
-        cpu_seconds: cpu_seconds.unwrap_or(0.0),
-        cpu_unknown: cpu_seconds.is_none(),
-        first_batch_seconds: first_batch_seconds.or(Some(seconds)),
-        padding_fraction: padding.as_ref().and_then(PaddingTally::fraction),
-    })
 }

@@ -1,0 +1,209 @@
+//! The trainers of a served round: one or more clients of the same job (consumers `0..n` of `n`,
+//! each with its share of every epoch) reading at once, as trainer processes of one data-parallel
+//! job do. The timed window is shared: it opens when the last trainer has pulled its warm-up
+//! batches and closes when the trainers together have received the timed batches, so one trainer
+//! and many are timed on the same amount of data. Batches count when they arrive inside the
+//! window, with the wait of the `next()` that returned them.
+
+use super::proc_tree::{self, CpuSeconds};
+use crate::summary::padding::PaddingTally;
+use granary_client::{Client, ClientOptions};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// What the trainers of one round saw in the timed window, together.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    /// Elements received.
+    pub items: u64,
+    /// Seconds the window lasted.
+    pub seconds: f64,
+    /// Tensor bytes delivered to the trainers.
+    pub bytes: u64,
+    /// Bytes that crossed the wire.
+    pub wire: u64,
+    /// CPU used in the window; `None` without `/proc`.
+    pub cpu: Option<CpuSeconds>,
+    /// Milliseconds each `next()` in the window waited, every trainer's.
+    pub waits_ms: Vec<f64>,
+    /// Seconds from the start of the round to the first batch any trainer received.
+    pub first_batch_seconds: Option<f64>,
+    /// With `spec.batch.pad`: pad cells over all cells of the padded fields.
+    pub padding_fraction: Option<f64>,
+}
+
+/// The window's shared state while the trainers run.
+struct Shared {
+    trainers: u32,
+    warmup: u64,
+    timed: u64,
+    /// Trainers past their warm-up.
+    warmed: AtomicU32,
+    /// When the window opened, and the CPU reading then.
+    opened: OnceLock<(Instant, Option<CpuSeconds>)>,
+    /// Batches pulled in the window, by all trainers.
+    pulled: AtomicU64,
+    /// When the window closed, and the CPU reading then.
+    closed: OnceLock<(Instant, Option<CpuSeconds>)>,
+    /// Set once the window closed: every trainer stops.
+    stop: AtomicBool,
+    start: Instant,
+    first_batch: OnceLock<f64>,
+    padding: Mutex<Option<PaddingTally>>,
+}
+
+/// One trainer's figures in the window.
+#[derive(Default)]
+struct Own {
+    items: u64,
+    bytes: u64,
+    wire: u64,
+    waits_ms: Vec<f64>,
+}
+
+/// Runs `trainers` clients of `options`' job at once (consumer `i` of `trainers`); each pulls
+/// `warmup` batches untimed, then they pull `timed` batches between them.
+pub async fn read(
+    options: ClientOptions,
+    trainers: u32,
+    warmup: u64,
+    timed: u64,
+    padding: Option<PaddingTally>,
+) -> anyhow::Result<Window> {
+    let trainers = trainers.max(1);
+    let shared = Arc::new(Shared {
+        trainers,
+        warmup,
+        timed: timed.max(1),
+        warmed: AtomicU32::new(0),
+        opened: OnceLock::new(),
+        pulled: AtomicU64::new(0),
+        closed: OnceLock::new(),
+        stop: AtomicBool::new(false),
+        start: Instant::now(),
+        first_batch: OnceLock::new(),
+        padding: Mutex::new(padding),
+    });
+    let mut tasks = Vec::with_capacity(trainers as usize);
+    for index in 0..trainers {
+        let mut options = options.clone();
+        options.consumer_index = Some(index);
+        options.num_consumers = trainers;
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let result = trainer(options, &shared).await;
+            // A trainer that failed ends the round for the others too.
+            shared.stop.store(true, Ordering::SeqCst);
+            result.map_err(|e| e.context(format!("trainer {index} of {}", shared.trainers)))
+        }));
+    }
+    let mut window = Window::default();
+    let mut failure = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(own)) => {
+                window.items += own.items;
+                window.bytes += own.bytes;
+                window.wire += own.wire;
+                window.waits_ms.extend(own.waits_ms);
+            }
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(anyhow::anyhow!("a trainer task failed: {e}"))),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let (Some((opened, cpu_before)), Some((closed, cpu_after))) = (shared.opened.get(), shared.closed.get())
+    else {
+        anyhow::bail!("the timed window never closed");
+    };
+    window.seconds = closed.saturating_duration_since(*opened).as_secs_f64().max(1e-9);
+    window.cpu = cpu_before.zip(*cpu_after).map(|(before, after)| after.since(&before));
+    window.first_batch_seconds = shared.first_batch.get().copied();
+    window.padding_fraction =
+        shared.padding.lock().ok().and_then(|p| p.as_ref().and_then(PaddingTally::fraction));
+    Ok(window)
+}
+
+/// One trainer: warm-up, then batches until the window closes.
+async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own> {
+    let mut client = Client::open(options).await?;
+    let mut own = Own::default();
+    let mut pulled = 0u64;
+    if shared.warmup == 0 {
+        arrive(shared);
+    }
+    while !shared.stop.load(Ordering::SeqCst) {
+        let asked = Instant::now();
+        let Some(batch) = client.next().await else {
+            anyhow::bail!("the service ended after {pulled} batches");
+        };
+        let batch = batch?;
+        let returned = Instant::now();
+        shared.first_batch.get_or_init(|| shared.start.elapsed().as_secs_f64());
+        pulled += 1;
+        if pulled == shared.warmup {
+            arrive(shared);
+            continue;
+        }
+        // Batches that arrived inside the window count, until it holds `timed` of them.
+        let in_window = shared.opened.get().is_some_and(|(at, _)| returned >= *at);
+        if !in_window {
+            continue;
+        }
+        let place = shared.pulled.fetch_add(1, Ordering::SeqCst);
+        if place >= shared.timed {
+            continue;
+        }
+        own.items += batch.len() as u64;
+        own.bytes += batch.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
+        own.wire += batch.wire_bytes;
+        own.waits_ms.push(returned.saturating_duration_since(asked).as_secs_f64() * 1e3);
+        if let Ok(mut padding) = shared.padding.lock()
+            && let Some(p) = padding.as_mut()
+        {
+            p.add(batch.tensors.iter().map(|t| (t.name.as_str(), &t.data[..])));
+        }
+        if place + 1 == shared.timed {
+            shared.closed.get_or_init(|| (Instant::now(), proc_tree::cpu_seconds()));
+            shared.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    Ok(own)
+}
+
+/// A trainer finished its warm-up; the last one opens the window.
+fn arrive(shared: &Shared) {
+    if shared.warmed.fetch_add(1, Ordering::SeqCst) + 1 == shared.trainers {
+        shared.opened.get_or_init(|| (Instant::now(), proc_tree::cpu_seconds()));
+    }
+}
+
+/// The `q`-quantile (0..=1) of `values` by the nearest-rank method; `None` when empty.
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.saturating_sub(1)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_take_the_nearest_rank() {
+        let waits: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(quantile(&waits, 0.5), Some(50.0));
+        assert_eq!(quantile(&waits, 0.99), Some(99.0));
+        assert_eq!(quantile(&waits, 1.0), Some(100.0));
+        assert_eq!(quantile(&waits, 0.0), Some(1.0));
+        assert_eq!(quantile(&[7.0], 0.99), Some(7.0));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}
