@@ -74,8 +74,21 @@ fn tls_needs_workers() {
 fn bench_trainers_reports_the_aggregate_the_waits_and_the_workers_memory() {
     let dir = tempfile::tempdir().unwrap();
     let set = data(dir.path());
-    let flags =
-        ["--json", "--trainers", "3", "--workers", "1", "--warmup", "1", "--batches", "6", "--threads", "1"];
+    let flags = [
+        "--json",
+        "--trainers",
+        "3",
+        "--workers",
+        "1",
+        "--warmup",
+        "1",
+        "--batches",
+        "6",
+        "--threads",
+        "1",
+        "--stall-seconds",
+        "0.5",
+    ];
     let r: Value =
         serde_json::from_str(bench(&flags, &set).lines().last().expect("a JSON line")).expect("JSON");
     // The headline is one trainer's: two rounds, each timing half of the 6 batches of 4.
@@ -95,6 +108,7 @@ fn bench_trainers_reports_the_aggregate_the_waits_and_the_workers_memory() {
     assert!(r["worker_cpu_s_per_gb"].as_f64() <= r["cpu_s_per_gb"].as_f64(), "the workers' share: {r}");
     // A worker process holds at least its binary and a decoded image.
     assert!(r["worker_peak_rss_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{r}");
+    assert_eq!(r["stall_seconds"].as_f64(), Some(0.5), "{r}");
 }
 
 #[test]
@@ -110,11 +124,18 @@ fn bench_trainers_text_names_the_comparison() {
 }
 
 #[test]
-fn trainers_need_workers_and_do_not_mix_with_tls() {
+fn trainers_need_workers_and_do_not_mix_with_tls_and_bad_stalls_are_refused() {
     let out = support::granary("bench", &[MANIFEST, "--trainers", "2"]);
     assert!(!out.status.success());
     assert!(support::text(&out.stderr).contains("--workers"), "{out:?}");
     let out = support::granary("bench", &[MANIFEST, "--trainers", "2", "--workers", "1", "--tls"]);
     assert!(!out.status.success());
     assert!(support::text(&out.stderr).contains("--tls"), "{out:?}");
+    for bad in ["-1", "nan", "7200"] {
+        let flag = format!("--stall-seconds={bad}");
+        let out = support::granary("bench", &[MANIFEST, "--workers", "1", &flag]);
+        assert!(!out.status.success(), "{bad}");
+        let err = support::text(&out.stderr);
+        assert!(err.contains("--stall-seconds") && err.contains("seconds"), "{bad}: {err}");
+    }
 }

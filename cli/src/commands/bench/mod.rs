@@ -71,6 +71,11 @@ pub struct BenchArgs {
     #[arg(long, requires = "workers", conflicts_with = "tls", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub trainers: u32,
+    /// With `--workers`: after each served round's timed batches, its trainers stop reading for
+    /// this many seconds with their clients open (a long checkpoint); the workers' peak memory
+    /// covers the stall.
+    #[arg(long, requires = "workers", default_value_t = 0.0, value_parser = stall_seconds)]
+    pub stall_seconds: f64,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -136,6 +141,9 @@ struct Report {
     /// The largest peak resident set of a worker process.
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_peak_rss_bytes: Option<u64>,
+    /// `--stall-seconds`, when the trainers stalled after each round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall_seconds: Option<f64>,
     #[serde(flatten)]
     tls: Option<TlsReport>,
     #[serde(flatten)]
@@ -316,6 +324,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         next_wait_p50_ms: served.and_then(|s| s.next_wait_p50_ms).map(round3),
         next_wait_p99_ms: served.and_then(|s| s.next_wait_p99_ms).map(round3),
         worker_peak_rss_bytes: served.and_then(|s| s.worker_peak_rss_bytes),
+        stall_seconds: served.and(Some(args.stall_seconds)).filter(|s| *s > 0.0),
         tls: comparison.as_ref().map(TlsReport::of),
         trainers: many.as_ref().map(TrainersReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
@@ -344,6 +353,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 s.measurement.items_per_s / fast.items_per_s
             );
             print_served_costs(&s);
+            if args.stall_seconds > 0.0 {
+                println!(
+                    "              (the trainers stalled {:.1} s after each round, their clients open)",
+                    args.stall_seconds
+                );
+            }
         }
         if let Some(c) = &comparison {
             print_tls(c);
@@ -378,6 +393,16 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Parses `--stall-seconds`: finite, 0 to an hour.
+fn stall_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}: give seconds, e.g. 5 or 0.5"))?;
+    if seconds.is_finite() && (0.0..=3600.0).contains(&seconds) {
+        Ok(seconds)
+    } else {
+        Err("give between 0 and 3600 seconds".to_string())
+    }
 }
 
 /// The CPU, wait and memory lines of a served measurement in the text report.

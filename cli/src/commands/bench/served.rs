@@ -277,7 +277,13 @@ async fn round(
             None => None,
         };
         let padding = PaddingTally::of(manifest);
-        let window = trainers::read(client, shape.trainers, args.warmup, batches, padding).await?;
+        let reading = trainers::Reading {
+            trainers: shape.trainers,
+            warmup: args.warmup,
+            timed: batches,
+            stall: std::time::Duration::from_secs_f64(args.stall_seconds),
+        };
+        let window = trainers::read(client, reading, padding).await?;
         let totals = Totals::of(window, proc_tree::children_peak_rss_bytes());
         let dispatcher_ms =
             handshake::median_connect_ms(&local.address.to_string(), material.as_ref()).await?;

@@ -10,7 +10,21 @@ use crate::summary::padding::PaddingTally;
 use granary_client::{Client, ClientOptions};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How the trainers of a round read.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading {
+    /// Trainers of the job, reading at once.
+    pub trainers: u32,
+    /// Batches each pulls before the window opens.
+    pub warmup: u64,
+    /// Batches they pull between them in the window.
+    pub timed: u64,
+    /// How long every trainer then stops reading, its client open and heartbeating, as a
+    /// trainer in a long checkpoint does: the workers' peak memory covers it.
+    pub stall: Duration,
+}
 
 /// What the trainers of one round saw in the timed window, together.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +52,7 @@ struct Shared {
     trainers: u32,
     warmup: u64,
     timed: u64,
+    stall: Duration,
     /// Trainers past their warm-up.
     warmed: AtomicU32,
     /// When the window opened, and the CPU reading then.
@@ -62,20 +77,20 @@ struct Own {
     waits_ms: Vec<f64>,
 }
 
-/// Runs `trainers` clients of `options`' job at once (consumer `i` of `trainers`); each pulls
-/// `warmup` batches untimed, then they pull `timed` batches between them.
+/// Runs `reading.trainers` clients of `options`' job at once (consumer `i` of them); each
+/// pulls its warm-up batches untimed, then they pull the timed batches between them, then they
+/// stall.
 pub async fn read(
     options: ClientOptions,
-    trainers: u32,
-    warmup: u64,
-    timed: u64,
+    reading: Reading,
     padding: Option<PaddingTally>,
 ) -> anyhow::Result<Window> {
-    let trainers = trainers.max(1);
+    let trainers = reading.trainers.max(1);
     let shared = Arc::new(Shared {
         trainers,
-        warmup,
-        timed: timed.max(1),
+        warmup: reading.warmup,
+        timed: reading.timed.max(1),
+        stall: reading.stall,
         warmed: AtomicU32::new(0),
         opened: OnceLock::new(),
         pulled: AtomicU64::new(0),
@@ -171,6 +186,11 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
             shared.stop.store(true, Ordering::SeqCst);
         }
     }
+    if !shared.stall.is_zero() {
+        // The client stays open: its streams and the worker's queues for it fill up.
+        tokio::time::sleep(shared.stall).await;
+    }
+    drop(client);
     Ok(own)
 }
 
