@@ -1,7 +1,9 @@
 //! The named scenarios. Every one runs an ImageNet-like pipeline (decode, crop, normalize: 2.3
 //! CPU seconds per 256-element batch, 8 cores per worker, so one worker makes 3.47 batches/s) and
 //! is sized so that the oracle's count is between 1 and 6 while trainers are connected (in
-//! `bursty` and `workday` they come and go, and the oracle has none between them).
+//! `bursty` and `workday` they come and go, and the oracle has none between them). In
+//! `trainer-hosts` the normalization is the finishing that placement runs on the trainers' hosts
+//! while they have idle cores.
 
 use super::scenario::{JobSpec, Phase, Scenario, StageSpec};
 use crate::error::Error;
@@ -75,7 +77,7 @@ fn workday() -> Scenario {
 }
 
 fn phase(start_s: f64, step_seconds: &[f64]) -> Phase {
-    Phase { start_s, step_seconds: step_seconds.to_vec() }
+    Phase { start_s, step_seconds: step_seconds.to_vec(), host_idle_cores: Vec::new() }
 }
 
 fn stage(name: &str, ms_per_element: f64) -> StageSpec {
@@ -95,6 +97,7 @@ fn base(name: &str, description: &str) -> Scenario {
             stage("image.random_resized_crop", 2.0),
             stage("image.normalize", 1.0),
         ],
+        finish_cpu_seconds_per_batch: 0.0,
         elements_per_batch: BATCH,
         cores_per_worker: 8,
         startup_delay_s: 15.0,
@@ -115,6 +118,27 @@ fn base(name: &str, description: &str) -> Scenario {
         policy_period_s: 5.0,
         max_duration_s: 20_000.0,
     }
+}
+
+/// One job of two consumers at 0.146 s per step (13.7 batches/s) whose finishing (2 ms per
+/// element: the final normalization and layout of a larger output) runs on the trainers' hosts
+/// while they have room: 6 idle cores each, then 1 from 600 s to 1,200 s (a colocated job took
+/// them), then 6 again. Each client needs 3.51 cores to finish its 6.85 batches/s, so placement
+/// moves the work to the workers while the hosts are busy, and the pool needs a worker more
+/// (`D/r` 3.51 → 4.38 → 3.51, each clear of a whole number by more than the noise).
+fn trainer_hosts() -> Scenario {
+    let mut s = base(
+        "trainer-hosts",
+        "13.7 batches/s; the trainers' hosts finish tensors while idle, are busy 600-1200 s and the workers take it (oracle 4 → 5 → 4)",
+    );
+    s.stages.retain(|stage| stage.name != "image.normalize");
+    s.finish_cpu_seconds_per_batch = 2.0 / 1000.0 * f64::from(BATCH);
+    s.jobs[0].batches = 24_000;
+    s.phases = [(0.0, 6.0), (600.0, 1.0), (1_200.0, 6.0)]
+        .into_iter()
+        .map(|(start, idle)| Phase { host_idle_cores: vec![idle], ..phase(start, &[0.146]) })
+        .collect();
+    s
 }
 
 /// Every scenario, in report order.
@@ -157,7 +181,7 @@ pub fn all() -> Vec<Scenario> {
     cost.config.worker_cost_per_hour = Some(1.0);
     cost.config.trainer_cost_per_hour = Some(2.0);
 
-    vec![steady, double, half, noisy, slow, two, compute, above, cost, bursty(), workday()]
+    vec![steady, double, half, noisy, slow, two, compute, above, cost, bursty(), workday(), trainer_hosts()]
 }
 
 /// Names of all scenarios.
@@ -195,6 +219,7 @@ mod tests {
             ("cost-aware", vec![4]),
             ("bursty", vec![0, 1]),
             ("workday", vec![0, 1]),
+            ("trainer-hosts", vec![4, 5, 4]),
         ];
         let expect: Vec<(String, Vec<u32>)> = expect.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         assert_eq!(oracle, expect);

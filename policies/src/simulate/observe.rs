@@ -26,7 +26,6 @@ impl World<'_> {
         let interval = (self.t - self.interval_start).max(f64::MIN_POSITIVE);
         let running = self.running();
         let b = f64::from(s.elements_per_batch);
-        let cpu_per_batch = s.cpu_seconds_per_batch();
         let at_workers: f64 = self
             .jobs
             .iter()
@@ -43,10 +42,15 @@ impl World<'_> {
                 continue;
             }
             let w = &self.workers[i];
-            let rate = if w.alive_s > 0.0 { w.produced / w.alive_s } else { 0.0 };
+            let (rate, used) =
+                if w.alive_s > 0.0 { (w.produced / w.alive_s, w.cpu_s / w.alive_s) } else { (0.0, 0.0) };
+            // Per element it finished: the finishing's cost, when it finished any.
+            let finish = if w.finish_cpu_s > 0.0 { s.finish_cpu_seconds_per_batch / b.max(1.0) } else { 0.0 };
             let out = rate * self.noise();
             let cores = f64::from(s.cores_per_worker);
-            let cpu = (rate * cpu_per_batch * self.noise()).min(cores);
+            let cpu = (used * self.noise()).min(cores);
+            // No draw for what is not measured: scenarios without finishing keep their noise.
+            let finish_seconds_per_element = if finish > 0.0 { finish * self.noise() } else { 0.0 };
             let stages = (0..s.stages.len())
                 .map(|k| StageTime {
                     stage: s.stages[k].name.clone(),
@@ -63,13 +67,14 @@ impl World<'_> {
                 active_leases: active_jobs,
                 cpu_cores_used: cpu,
                 cores: s.cores_per_worker,
-                // The simulated pipelines leave no finishing to their trainers.
-                finish_seconds_per_element: 0.0,
+                finish_seconds_per_element,
             });
         }
         for w in &mut self.workers {
             w.produced = 0.0;
             w.alive_s = 0.0;
+            w.cpu_s = 0.0;
+            w.finish_cpu_s = 0.0;
         }
         let mut jobs = Vec::new();
         for (j, _) in active.iter().enumerate().filter(|(_, a)| **a) {
@@ -103,6 +108,7 @@ impl World<'_> {
         };
         let steps = job.consumed_interval * per_consumer;
         let prefetched = job.buffered.min(f64::from(self.s.prefetch_batches) * k);
+        let idle = self.measured_idle(j);
         let mut consumers = Vec::new();
         for c in 0..spec.consumers {
             let (step, wait) = if steps > 1e-9 {
@@ -117,8 +123,8 @@ impl World<'_> {
                 buffered_batches: (prefetched / k).round() as u32,
                 batches_total: (job.consumed * per_consumer).floor() as u64,
                 batches_per_second: steps / interval,
-                host_idle_cores: None,
-                finish_cores: 0.0,
+                host_idle_cores: idle.map(|i| i * self.noise()),
+                finish_cores: if job.finish_cores > 0.0 { job.finish_cores * self.noise() } else { 0.0 },
             });
         }
         JobMetrics {
@@ -128,7 +134,7 @@ impl World<'_> {
                 .unwrap_or(u32::MAX),
             batches_per_epoch: spec.batches_per_epoch,
             consumers,
-            finishing: Default::default(),
+            finishing: job.place,
         }
     }
 }

@@ -152,7 +152,7 @@ fn simulate(s: &Scenario, mut driver: Driver<'_>, policy: String) -> Run {
             workers_running: running,
             workers_desired: w.target,
             demand: w.demand(),
-            supply: f64::from(running) * s.worker_capacity(),
+            supply: f64::from(running) * w.worker_supply(),
         });
         w.tick();
     }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::counts::count_at_least;
 use crate::granary::cost;
 use crate::inputs::{JobMode, PoolConfig};
+use crate::placement::{self, Place};
 
 /// One stage of the pipeline and its CPU cost per batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -41,6 +42,10 @@ pub struct Phase {
     pub start_s: f64,
     /// Seconds per step of each job's consumers, in job order.
     pub step_seconds: Vec<f64>,
+    /// Idle cores of each job's trainer hosts (every consumer's host alike), in job order,
+    /// before they finish anything; a job without an entry has hosts that cannot measure them.
+    #[serde(default)]
+    pub host_idle_cores: Vec<f64>,
 }
 
 /// A complete workload for the simulator.
@@ -54,8 +59,13 @@ pub struct Scenario {
     pub jobs: Vec<JobSpec>,
     /// Step-time phases, by start time; the first starts at 0.
     pub phases: Vec<Phase>,
-    /// The pipeline's stages.
+    /// The pipeline's stages, on the workers.
     pub stages: Vec<StageSpec>,
+    /// CPU seconds per batch of the finishing (the final `float32` normalization) that
+    /// placement runs in the trainers' clients while their hosts have room for it, and on the
+    /// workers otherwise; 0 when the pipeline leaves none.
+    #[serde(default)]
+    pub finish_cpu_seconds_per_batch: f64,
     /// Elements per batch.
     pub elements_per_batch: u32,
     /// Cores per worker.
@@ -118,19 +128,62 @@ impl Scenario {
         peers / step
     }
 
+    /// Batches per second each of job `j`'s consumers takes in phase `phase` when it never
+    /// waits: its share when distributed, every batch when replicated.
+    pub fn consumer_demand(&self, j: usize, phase: usize) -> f64 {
+        let demand = self.job_demand(j, phase);
+        match self.jobs.get(j).map(|job| job.mode) {
+            Some(JobMode::Distributed) => demand / f64::from(self.jobs[j].consumers.max(1)),
+            _ => demand,
+        }
+    }
+
+    /// Idle cores of job `j`'s trainer hosts in phase `phase`; `None` when unmeasured.
+    pub fn host_idle(&self, j: usize, phase: usize) -> Option<f64> {
+        self.phases.get(phase).and_then(|p| p.host_idle_cores.get(j)).copied().filter(|c| c.is_finite())
+    }
+
+    /// Where placement settles job `j`'s finishing in phase `phase` at its full demand: on the
+    /// clients while their hosts keep room for it (unmeasured hosts count as room, as placement
+    /// counts them), else on the workers.
+    pub fn settled_place(&self, j: usize, phase: usize) -> Place {
+        let need = self.finish_cpu_seconds_per_batch.max(0.0) * self.consumer_demand(j, phase);
+        match self.host_idle(j, phase) {
+            Some(idle) if !placement::keeps_room(Place::Client, idle, 0.0, need) => Place::Workers,
+            _ => Place::Client,
+        }
+    }
+
+    /// CPU seconds a worker spends on one batch of a job whose finishing runs at `place`.
+    pub fn cpu_seconds_per_batch_at(&self, place: Place) -> f64 {
+        let finish = match place {
+            Place::Client => 0.0,
+            Place::Workers => self.finish_cpu_seconds_per_batch.max(0.0),
+        };
+        self.cpu_seconds_per_batch() + finish
+    }
+
     /// The oracle's count for phase `phase` with the jobs marked `active`: the fewest workers
     /// within the bounds that keep every trainer from waiting, or with prices the count of least
-    /// cost per batch.
+    /// cost per batch. Each job costs the workers its finishing where placement settles it.
     pub fn oracle_count(&self, phase: usize, active: &[bool]) -> u32 {
         let mut demand = 0.0;
+        let mut cpu = 0.0;
         let mut consumers = 0.0;
         for (j, job) in self.jobs.iter().enumerate() {
             if active.get(j).copied().unwrap_or(false) {
-                demand += self.job_demand(j, phase);
+                let d = self.job_demand(j, phase);
+                demand += d;
+                cpu += d * self.cpu_seconds_per_batch_at(self.settled_place(j, phase));
                 consumers += f64::from(job.consumers);
             }
         }
-        let r = self.worker_capacity();
+        // Batches per second of one worker on this mix of jobs.
+        let r = if demand > 0.0 && cpu > 0.0 {
+            f64::from(self.cores_per_worker) * demand / cpu
+        } else {
+            self.worker_capacity()
+        };
         let cfg = &self.config;
         let n = match cfg.prices() {
             _ if r <= 0.0 => cfg.upper(),

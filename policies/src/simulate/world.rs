@@ -1,11 +1,16 @@
 //! The simulated pool: workers that start after a delay and produce at their CPU capacity into
 //! per-job buffers, and trainers that consume at their step rate and wait when the buffers are
-//! empty. Advanced in fixed ticks.
+//! empty. Advanced in fixed ticks. A pipeline with finishing has it placed per job each tick by
+//! the dispatcher's rule ([`placement::place`]) from what the trainers' hosts measure: on the
+//! clients it costs the hosts' idle cores (and a host short of them slows its trainer), on the
+//! workers it costs their CPU.
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use super::scenario::Scenario;
+use crate::inputs::JobMode;
+use crate::placement::{self, HostLoad, Place};
 
 /// One worker.
 #[derive(Clone, Debug)]
@@ -16,6 +21,9 @@ pub(crate) struct SimWorker {
     pub(crate) produced: f64,
     /// Seconds it was running since the last observation.
     pub(crate) alive_s: f64,
+    /// CPU seconds it spent since the last observation, and those finishing tensors.
+    pub(crate) cpu_s: f64,
+    pub(crate) finish_cpu_s: f64,
 }
 
 /// One job and its trainers.
@@ -39,6 +47,12 @@ pub(crate) struct SimJob {
     pub(crate) arrived: Option<(f64, u32)>,
     /// When it received its first batch.
     pub(crate) first_batch_at: Option<f64>,
+    /// Where its finishing runs.
+    pub(crate) place: Place,
+    /// Cores each client spent finishing over the last tick (0 while the workers finish), and
+    /// the last such figure above 0.
+    pub(crate) finish_cores: f64,
+    pub(crate) last_finish_cores: Option<f64>,
 }
 
 /// The whole simulated system.
@@ -80,6 +94,13 @@ fn waterfill(capacity: f64, needs: &[f64]) -> Vec<f64> {
     alloc
 }
 
+impl SimWorker {
+    /// A worker that starts producing at `t`.
+    fn ready_at(t: f64) -> SimWorker {
+        SimWorker { ready_at: t, produced: 0.0, alive_s: 0.0, cpu_s: 0.0, finish_cpu_s: 0.0 }
+    }
+}
+
 impl<'s> World<'s> {
     /// Time 0: the initial workers running, empty buffers.
     pub(crate) fn new(s: &'s Scenario) -> World<'s> {
@@ -87,7 +108,7 @@ impl<'s> World<'s> {
         World {
             s,
             t: 0.0,
-            workers: (0..n).map(|_| SimWorker { ready_at: 0.0, produced: 0.0, alive_s: 0.0 }).collect(),
+            workers: (0..n).map(|_| SimWorker::ready_at(0.0)).collect(),
             target: n,
             jobs: vec![SimJob::default(); s.jobs.len()],
             rng: ChaCha8Rng::seed_from_u64(s.seed),
@@ -129,7 +150,7 @@ impl<'s> World<'s> {
         self.target = n as u32;
         let ready_at = self.t + self.s.startup_delay_s;
         while self.workers.len() < n {
-            self.workers.push(SimWorker { ready_at, produced: 0.0, alive_s: 0.0 });
+            self.workers.push(SimWorker::ready_at(ready_at));
         }
         // Latest-starting last, so truncation removes starting workers first.
         self.workers.sort_by(|a, b| a.ready_at.total_cmp(&b.ready_at));
@@ -142,17 +163,60 @@ impl<'s> World<'s> {
         (0..self.jobs.len()).filter(|&j| self.is_active(j)).map(|j| self.s.job_demand(j, phase)).sum()
     }
 
+    /// Idle cores job `j`'s hosts measure now: what they have, less what their clients spend
+    /// finishing; `None` when unmeasured.
+    pub(crate) fn measured_idle(&self, j: usize) -> Option<f64> {
+        let idle = self.s.host_idle(j, self.s.phase_at(self.t))?;
+        Some((idle - self.jobs.get(j).map_or(0.0, |job| job.finish_cores)).max(0.0))
+    }
+
+    /// Moves each job's finishing as the dispatcher would, from its hosts' latest figures.
+    fn place_finishing(&mut self) {
+        if self.s.finish_cpu_seconds_per_batch <= 0.0 {
+            return;
+        }
+        for j in 0..self.jobs.len() {
+            let load = HostLoad {
+                idle_cores: self.measured_idle(j),
+                last_finish_cores: self.jobs[j].last_finish_cores,
+            };
+            let job = &mut self.jobs[j];
+            job.place = placement::place(job.place, &[load]);
+        }
+    }
+
+    /// Batches per second job `j`'s clients can finish while they finish them: each host's
+    /// idle cores over the finishing's cost per batch (unlimited on the workers, or unmeasured).
+    fn finishing_cap(&self, j: usize, phase: usize) -> f64 {
+        let finish = self.s.finish_cpu_seconds_per_batch;
+        let (Some(job), Some(spec)) = (self.jobs.get(j), self.s.jobs.get(j)) else { return f64::INFINITY };
+        match (job.place, self.s.host_idle(j, phase)) {
+            (Place::Client, Some(idle)) if finish > 0.0 => {
+                let per_consumer = idle.max(0.0) / finish;
+                match spec.mode {
+                    JobMode::Distributed => per_consumer * f64::from(spec.consumers.max(1)),
+                    JobMode::Replicated => per_consumer,
+                }
+            }
+            _ => f64::INFINITY,
+        }
+    }
+
     /// Advances one tick.
     pub(crate) fn tick(&mut self) {
+        self.place_finishing();
         let s = self.s;
         let dt = s.tick_s;
         let phase = s.phase_at(self.t);
         let running = self.running();
-        let capacity = f64::from(running) * s.worker_capacity() * dt;
+        // In CPU seconds: a job costs the workers its finishing when they do it.
+        let capacity = f64::from(running) * f64::from(s.cores_per_worker) * dt;
+        let cpu: Vec<f64> = self.jobs.iter().map(|job| s.cpu_seconds_per_batch_at(job.place)).collect();
         let active = self.active();
         let n_active = active.iter().filter(|a| **a).count().max(1) as f64;
         let mut wanted = vec![0.0; self.jobs.len()];
         let mut needs = vec![0.0; self.jobs.len()];
+        let caps: Vec<f64> = (0..self.jobs.len()).map(|j| self.finishing_cap(j, phase)).collect();
         for (j, job) in self.jobs.iter_mut().enumerate() {
             if !active[j] {
                 continue;
@@ -162,16 +226,24 @@ impl<'s> World<'s> {
             wanted[j] = (s.job_demand(j, phase) * dt).min(remaining);
             let room = f64::from(running) * f64::from(s.buffer_parts_per_worker) / n_active
                 + f64::from(s.prefetch_batches * s.jobs[j].consumers);
-            needs[j] = (room - job.buffered).max(0.0) + wanted[j];
+            needs[j] = ((room - job.buffered).max(0.0) + wanted[j]) * cpu[j];
         }
-        let produced = waterfill(capacity, &needs);
+        let spent = waterfill(capacity, &needs);
+        let produced: Vec<f64> =
+            spent.iter().zip(&cpu).map(|(c, per)| if *per > 0.0 { c / per } else { 0.0 }).collect();
+        let mut finish_cpu = 0.0;
         for (j, job) in self.jobs.iter_mut().enumerate() {
             if !active[j] {
+                job.finish_cores = 0.0;
                 continue;
+            }
+            if job.place == Place::Workers {
+                finish_cpu += produced[j] * s.finish_cpu_seconds_per_batch.max(0.0);
             }
             let rate = s.job_demand(j, phase);
             let available = job.buffered + produced[j];
-            let taken = wanted[j].min(available);
+            // Clients that finish take no more than their hosts can finish.
+            let taken = wanted[j].min(available).min(caps[j] * dt);
             job.buffered = available - taken;
             job.consumed += taken;
             job.consumed_interval += taken;
@@ -188,15 +260,45 @@ impl<'s> World<'s> {
             if job.consumed >= s.jobs[j].batches as f64 - 1e-9 {
                 job.done_at = Some(self.t + compute + wait);
             }
+            // Each client finishes the batches it receives.
+            let per_consumer = match s.jobs[j].mode {
+                JobMode::Distributed => taken / f64::from(s.jobs[j].consumers.max(1)),
+                JobMode::Replicated => taken,
+            };
+            job.finish_cores = match job.place {
+                Place::Client => per_consumer / dt * s.finish_cpu_seconds_per_batch.max(0.0),
+                Place::Workers => 0.0,
+            };
+            job.last_finish_cores =
+                placement::remembered_finish_cores(job.last_finish_cores, job.finish_cores);
         }
         let total: f64 = produced.iter().sum();
-        let per_worker = if running > 0 { total / f64::from(running) } else { 0.0 };
+        let share = if running > 0 { 1.0 / f64::from(running) } else { 0.0 };
+        let spent: f64 = spent.iter().sum();
         for w in self.workers.iter_mut().filter(|w| w.ready_at <= self.t) {
-            w.produced += per_worker;
+            w.produced += total * share;
+            w.cpu_s += spent * share;
+            w.finish_cpu_s += finish_cpu * share;
             w.alive_s += dt;
         }
         self.worker_seconds += self.workers.len() as f64 * dt;
         self.t += dt;
+    }
+
+    /// Batches per second one worker makes now, on the mix of jobs and where they finish.
+    pub(crate) fn worker_supply(&self) -> f64 {
+        let phase = self.s.phase_at(self.t);
+        let (mut demand, mut cpu) = (0.0, 0.0);
+        for (j, job) in self.jobs.iter().enumerate().filter(|(j, _)| self.is_active(*j)) {
+            let d = self.s.job_demand(j, phase);
+            demand += d;
+            cpu += d * self.s.cpu_seconds_per_batch_at(job.place);
+        }
+        if demand > 0.0 && cpu > 0.0 {
+            f64::from(self.s.cores_per_worker) * demand / cpu
+        } else {
+            self.s.worker_capacity()
+        }
     }
 
     /// Share of trainer time spent waiting, over all jobs so far.
@@ -230,5 +332,47 @@ mod tests {
         assert_eq!(w.running(), 3);
         w.scale_to(2);
         assert_eq!(w.running(), 2);
+    }
+
+    #[test]
+    fn finishing_moves_to_the_workers_while_the_hosts_are_busy_and_back() {
+        let s = crate::simulate::catalog::named("trainer-hosts").unwrap();
+        let mut w = World::new(&s);
+        w.scale_to(6);
+        let mut seen = Vec::new();
+        for _ in 0..1500 {
+            w.tick();
+            // Each observation covers the time since the previous one.
+            if w.t % 100.0 != 0.0 {
+                continue;
+            }
+            let obs = w.observe();
+            if [300.0, 900.0, 1400.0].contains(&w.t) {
+                let job = &obs.jobs[0];
+                let finishing_workers =
+                    obs.workers.iter().filter(|m| m.finish_seconds_per_element > 0.0).count();
+                let host = &job.consumers[0];
+                seen.push((job.finishing, host.finish_cores > 0.0, finishing_workers));
+                assert!(host.host_idle_cores.is_some(), "the hosts report their idle cores");
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![(Place::Client, true, 0), (Place::Workers, false, 6), (Place::Client, true, 0)],
+            "on the clients while the hosts have 6 idle cores, on the workers while they have 1"
+        );
+        // While the hosts finish, the workers make more batches per core.
+        assert!(s.cpu_seconds_per_batch_at(Place::Client) < s.cpu_seconds_per_batch_at(Place::Workers));
+    }
+
+    #[test]
+    fn a_busy_host_that_finishes_slows_its_trainer() {
+        let s = crate::simulate::catalog::named("trainer-hosts").unwrap();
+        let mut w = World::new(&s);
+        w.t = 650.0;
+        // 1 idle core finishes 1 / 0.512 batches/s per consumer: 3.9 for the job of two.
+        assert!((w.finishing_cap(0, 1) - 2.0 / 0.512).abs() < 1e-9);
+        w.jobs[0].place = Place::Workers;
+        assert!(w.finishing_cap(0, 1).is_infinite(), "the workers finish: no cap");
     }
 }
