@@ -8,9 +8,10 @@
 use super::proc_tree::{self, CpuSeconds};
 use crate::summary::padding::PaddingTally;
 use granary_client::{Client, ClientOptions};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// How the trainers of a round read.
 #[derive(Debug, Clone, Copy)]
@@ -61,8 +62,9 @@ struct Shared {
     pulled: AtomicU64,
     /// When the window closed, and the CPU reading then.
     closed: OnceLock<(Instant, Option<CpuSeconds>)>,
-    /// Set once the window closed: every trainer stops.
-    stop: AtomicBool,
+    /// Set once the window closed (or a trainer failed): every trainer stops, even one waiting
+    /// in `next()` for a batch the others' progress would release.
+    stop: watch::Sender<bool>,
     start: Instant,
     first_batch: OnceLock<f64>,
     padding: Mutex<Option<PaddingTally>>,
@@ -95,7 +97,7 @@ pub async fn read(
         opened: OnceLock::new(),
         pulled: AtomicU64::new(0),
         closed: OnceLock::new(),
-        stop: AtomicBool::new(false),
+        stop: watch::Sender::new(false),
         start: Instant::now(),
         first_batch: OnceLock::new(),
         padding: Mutex::new(padding),
@@ -109,7 +111,7 @@ pub async fn read(
         tasks.push(tokio::spawn(async move {
             let result = trainer(options, &shared).await;
             // A trainer that failed ends the round for the others too.
-            shared.stop.store(true, Ordering::SeqCst);
+            shared.stop.send_replace(true);
             result.map_err(|e| e.context(format!("trainer {index} of {}", shared.trainers)))
         }));
     }
@@ -145,14 +147,19 @@ pub async fn read(
 /// One trainer: warm-up, then batches until the window closes.
 async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own> {
     let mut client = Client::open(options).await?;
+    let mut stopped = shared.stop.subscribe();
     let mut own = Own::default();
     let mut pulled = 0u64;
     if shared.warmup == 0 {
         arrive(shared);
     }
-    while !shared.stop.load(Ordering::SeqCst) {
+    while !*stopped.borrow() {
         let asked = Instant::now();
-        let Some(batch) = client.next().await else {
+        let next = tokio::select! {
+            next = client.next() => next,
+            _ = stopped.wait_for(|stop| *stop) => break,
+        };
+        let Some(batch) = next else {
             anyhow::bail!("the service ended after {pulled} batches");
         };
         let batch = batch?;
@@ -183,7 +190,7 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
         }
         if place + 1 == shared.timed {
             shared.closed.get_or_init(|| (Instant::now(), proc_tree::cpu_seconds()));
-            shared.stop.store(true, Ordering::SeqCst);
+            shared.stop.send_replace(true);
         }
     }
     if !shared.stall.is_zero() {
