@@ -108,6 +108,8 @@ fn bench_trainers_reports_the_aggregate_the_waits_and_the_workers_memory() {
     assert!(r["worker_cpu_s_per_gb"].as_f64() <= r["cpu_s_per_gb"].as_f64(), "the workers' share: {r}");
     // A worker process holds at least its binary and a decoded image.
     assert!(r["worker_peak_rss_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{r}");
+    // One compute thread per worker (`--threads 1`): all of it.
+    assert_eq!(r["worker_peak_rss_bytes_per_core"], r["worker_peak_rss_bytes"], "{r}");
     assert_eq!(r["stall_seconds"].as_f64(), Some(0.5), "{r}");
 }
 

@@ -138,9 +138,11 @@ struct Report {
     next_wait_p50_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     next_wait_p99_ms: Option<f64>,
-    /// The largest peak resident set of a worker process.
+    /// The largest peak resident set of a worker process, and that over its compute threads.
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_peak_rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_peak_rss_bytes_per_core: Option<u64>,
     /// `--stall-seconds`, when the trainers stalled after each round.
     #[serde(skip_serializing_if = "Option::is_none")]
     stall_seconds: Option<f64>,
@@ -324,6 +326,8 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         next_wait_p50_ms: served.and_then(|s| s.next_wait_p50_ms).map(round3),
         next_wait_p99_ms: served.and_then(|s| s.next_wait_p99_ms).map(round3),
         worker_peak_rss_bytes: served.and_then(|s| s.worker_peak_rss_bytes),
+        worker_peak_rss_bytes_per_core: served
+            .and_then(|s| s.worker_peak_rss_bytes.map(|b| b / s.worker_threads.max(1) as u64)),
         stall_seconds: served.and(Some(args.stall_seconds)).filter(|s| *s > 0.0),
         tls: comparison.as_ref().map(TlsReport::of),
         trainers: many.as_ref().map(TrainersReport::of),

@@ -37,6 +37,8 @@ pub struct Served {
     /// The largest peak resident set of a worker process, in bytes, read at the end of each
     /// round; `None` without `/proc`.
     pub worker_peak_rss_bytes: Option<u64>,
+    /// Compute threads of each worker process (one per core it is given).
+    pub worker_threads: usize,
 }
 
 /// The served path measured plaintext and with TLS in one run.
@@ -67,6 +69,7 @@ struct Totals {
     cpu_unknown: bool,
     waits_ms: Vec<f64>,
     peak_rss: Option<u64>,
+    worker_threads: usize,
     first_batch_seconds: Option<f64>,
     padding_fraction: Option<f64>,
 }
@@ -82,12 +85,13 @@ impl Totals {
         self.cpu_unknown |= round.cpu_unknown;
         self.waits_ms.extend(round.waits_ms);
         self.peak_rss = self.peak_rss.max(round.peak_rss);
+        self.worker_threads = self.worker_threads.max(round.worker_threads);
         self.first_batch_seconds = self.first_batch_seconds.or(round.first_batch_seconds);
         self.padding_fraction = self.padding_fraction.or(round.padding_fraction);
     }
 
-    /// One round's totals: the trainers' window and the workers' peak memory.
-    fn of(window: trainers::Window, peak_rss: Option<u64>) -> Totals {
+    /// One round's totals: the trainers' window, and the workers' peak memory and threads.
+    fn of(window: trainers::Window, peak_rss: Option<u64>, worker_threads: usize) -> Totals {
         Totals {
             items: window.items,
             seconds: window.seconds,
@@ -97,6 +101,7 @@ impl Totals {
             cpu_unknown: window.cpu.is_none(),
             waits_ms: window.waits_ms,
             peak_rss,
+            worker_threads,
             first_batch_seconds: window.first_batch_seconds,
             padding_fraction: window.padding_fraction,
         }
@@ -121,6 +126,7 @@ impl Totals {
             next_wait_p50_ms: trainers::quantile(&self.waits_ms, 0.5),
             next_wait_p99_ms: trainers::quantile(&self.waits_ms, 0.99),
             worker_peak_rss_bytes: self.peak_rss,
+            worker_threads: self.worker_threads,
         }
     }
 }
@@ -284,7 +290,7 @@ async fn round(
             stall: std::time::Duration::from_secs_f64(args.stall_seconds),
         };
         let window = trainers::read(client, reading, padding).await?;
-        let totals = Totals::of(window, proc_tree::children_peak_rss_bytes());
+        let totals = Totals::of(window, proc_tree::children_peak_rss_bytes(), options.worker_threads());
         let dispatcher_ms =
             handshake::median_connect_ms(&local.address.to_string(), material.as_ref()).await?;
         let worker_ms = match (material.as_ref(), local.dispatcher.workers(&local.pipeline).first()) {
