@@ -2,7 +2,8 @@
 # Granary's image pipeline next to the peer benchmarks, back to back on this machine: one JSON
 # line per (system, config) on stdout, in the peers' format.
 #
-#   bench/run.sh > results.jsonl               # granary float32 + uint8, then the peers
+#   bench/run.sh > results.jsonl               # granary float32, uint8 and the validation recipe,
+#                                              # then the peers (with bench/peers/torch_val.py)
 #   PEERS=0 bench/run.sh                       # granary only
 #   ONLY="torch tfdata" bench/run.sh           # peer subset, passed to run_peers.sh
 #   SERVED=1 bench/run.sh                      # the served path instead: 1 worker → 1 client over
@@ -33,7 +34,7 @@ if [ "${SERVED:-0}" = 1 ]; then
   fi
   exit 0
 fi
-for config in float32 uint8; do
+for config in float32 uint8 val-float32; do
   echo "== granary $config" >&2
   "$GRANARY" bench "bench/imagenet-$config.yaml" --json --warmup 5 --batches 30 \
     --set "spec.source.url=file://$DATA/images/train/"
@@ -41,4 +42,10 @@ done
 if [ "${PEERS:-1}" = 1 ]; then
   [ -n "${PEERS_DIR:-}" ] || { echo "set PEERS_DIR to the peer benchmarks' folder (or PEERS=0)" >&2; exit 2; }
   ONLY="${ONLY:-torch tfdata}" PEERS_DATA="$DATA" "$PEERS_DIR/run_peers.sh"
+  # The validation recipe's DataLoader peer (the peers' folder has the train recipe only).
+  case " ${ONLY:-torch tfdata} " in
+    *" torch "*)
+      PY="${PEERS_VENV:-$HOME/.cache/granary-peers/venv}/bin/python"
+      PEERS_DIR="$PEERS_DIR" PEERS_DATA="$DATA" "$PY" bench/peers/torch_val.py --warmup 5 --batches 30 ;;
+  esac
 fi
