@@ -47,6 +47,33 @@ pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: boo
     }
 }
 
+/// Writes the image `src` (`[h, w, 3]` interleaved RGB) over `out` (exactly
+/// `src.len()` values) as `float32` through `lut`, in `layout`: the values [`normalize_into`]
+/// appends without a flip, for a caller that owns the destination already (a batch's buffer).
+///
+/// # Panics
+/// When `out.len() != src.len()`.
+pub fn normalize_over(src: &[u8], lut: &Lut, layout: Layout, out: &mut [f32]) {
+    assert_eq!(out.len(), src.len(), "normalize_over writes one value per byte of the image");
+    let (pixels, _) = src.as_chunks::<3>();
+    let [l0, l1, l2] = lut;
+    match layout {
+        Layout::Hwc => {
+            let (values, _) = out.as_chunks_mut::<3>();
+            for (v, p) in values.iter_mut().zip(pixels) {
+                *v = [l0[usize::from(p[0])], l1[usize::from(p[1])], l2[usize::from(p[2])]];
+            }
+        }
+        Layout::Chw => {
+            for (c, (plane, table)) in out.chunks_exact_mut(pixels.len().max(1)).zip(lut).enumerate() {
+                for (v, p) in plane.iter_mut().zip(pixels) {
+                    *v = table[usize::from(p[c])];
+                }
+            }
+        }
+    }
+}
+
 /// Appends each pixel of `src` (`[h, w, 3]` interleaved) mapped through `f` to `out`, keeping
 /// the HWC order and reversing each row when `flip` is set. Writes each output value once (no
 /// zero-fill first).
@@ -145,6 +172,21 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn writing_over_a_slice_gives_the_appended_values() {
+        let (h, w) = (4, 9);
+        let src = image(h, w);
+        let table = lut(MEAN, STD);
+        for layout in [Layout::Hwc, Layout::Chw] {
+            let mut appended = Vec::new();
+            normalize_into(&src, w, &table, layout, false, &mut appended);
+            let mut over = vec![f32::NAN; src.len()];
+            normalize_over(&src, &table, layout, &mut over);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&over), bits(&appended), "{layout:?}");
         }
     }
 
