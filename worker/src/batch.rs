@@ -4,9 +4,11 @@
 //! elements by length ([`Batcher`]).
 
 mod bucket;
+mod finish;
 mod pad;
 
 pub use self::bucket::{Batcher, Bucketing};
+pub use self::finish::Finish;
 pub use self::pad::{Padding, Ragged};
 
 use crate::budget::Permit;
@@ -148,6 +150,9 @@ pub enum BatchError {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// The final normalization, finished per batch, could not be applied.
+    #[error("{0}")]
+    Finish(String),
 }
 
 fn describe(dtype: DType, shape: &[usize]) -> String {

@@ -1,6 +1,6 @@
 //! The in-process engine: a validated manifest in, batches out, one epoch at a time.
 
-use crate::batch::{self, Batch, BatchError};
+use crate::batch::{self, Batch, BatchError, Finish};
 use crate::cache::{EngineCache, entries};
 use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
 use crate::ops::image::fused::ImagePath;
@@ -31,6 +31,10 @@ pub struct EngineOptions {
     /// pixels (a quarter of the bytes) and [`Engine::deferred`] says how to finish them, which
     /// gives the same bits (default: off; the worker service turns it on for the wire).
     pub defer_normalize: bool,
+    /// Otherwise, normalize whole batches on their way out rather than each element, on a thread
+    /// of the executor's (see [`crate::batch::Finish`]; default: on; the worker service turns
+    /// it off, so that a worker told to normalize counts the pass in its stage times).
+    pub finish_per_batch: bool,
     /// Raw bytes of records per cache chunk (default 4 MiB): the unit a bad entry is recomputed
     /// from.
     pub cache_chunk_bytes: usize,
@@ -46,6 +50,7 @@ impl Default for EngineOptions {
             prefetch_bytes: 512 << 20,
             image_path: ImagePath::Fused,
             defer_normalize: false,
+            finish_per_batch: true,
             cache_chunk_bytes: granary_store::cache::CHUNK_MAX_RAW_BYTES,
             python: None,
         }
@@ -106,12 +111,27 @@ pub struct DeferredNormalize {
     pub layout: Layout,
 }
 
+impl DeferredNormalize {
+    /// The normalization finished per batch in this process, its pass over a batch shared by a
+    /// thread per 4 of `cores`: one thread finishes several thousand ImageNet images a second,
+    /// the output of about 4 cores decoding them.
+    fn per_batch(&self, cores: usize) -> Finish {
+        let layout = match self.layout {
+            Layout::HWC => granary_kernels::normalize::Layout::Hwc,
+            Layout::CHW => granary_kernels::normalize::Layout::Chw,
+        };
+        Finish::new(&self.field, self.mean, self.std, layout, cores.div_ceil(4))
+    }
+}
+
 /// A pipeline ready to run in this process.
 pub struct Engine {
     /// The spec as the plan runs it: the optimizer's stage order and source fields.
     spec: InputPipelineSpec,
     optimized: granary_optimizer::Plan,
     deferred: Option<DeferredNormalize>,
+    /// The final normalization the executor finishes per batch, with its path and name.
+    finish: Option<(Arc<Finish>, String, String)>,
     source: Arc<Source>,
     plan: Arc<Plan>,
     options: EngineOptions,
@@ -158,9 +178,16 @@ impl Engine {
         ctx.python =
             start_python(&configs, &origins, &manifest.base_dir, &options, compute_threads, &resources)?
                 .map(Arc::new);
+        // A final float32 normalization leaves the compute threads: the consumer finishes it
+        // (the worker service, for the wire), or the executor does, per batch (not on the
+        // reference path, which runs every stage as written).
+        let last = configs.len().saturating_sub(1);
+        let mut finish = None;
         let deferred = match configs.last() {
             Some(OpConfig::ImageNormalize(n))
-                if options.defer_normalize && n.dtype == ImageDType::Float32 =>
+                if n.dtype == ImageDType::Float32
+                    && (options.defer_normalize
+                        || (options.finish_per_batch && options.image_path != ImagePath::Separate)) =>
             {
                 let deferred = DeferredNormalize {
                     field: n.field.clone(),
@@ -169,7 +196,14 @@ impl Engine {
                     layout: n.layout,
                 };
                 configs.pop();
-                Some(deferred)
+                if options.defer_normalize {
+                    Some(deferred)
+                } else {
+                    let path = format!("spec.stages[{}]", origins.get(last).copied().unwrap_or(last));
+                    let name = format!("{} (per batch)", spec.stages[last].display_name());
+                    finish = Some((Arc::new(deferred.per_batch(options.threads)), path, name));
+                    None
+                }
             }
             _ => None,
         };
@@ -234,6 +268,7 @@ impl Engine {
             spec,
             optimized,
             deferred,
+            finish,
             source,
             plan,
             options,
@@ -299,7 +334,8 @@ impl Engine {
     /// The stages as they run: `(field path, name)`, where a fused run of stages is one entry
     /// (`spec.stages[0..=3]`, `image.decode → image.random_resized_crop → …`).
     pub fn stages(&self) -> Vec<(&str, &str)> {
-        self.plan.stages.iter().map(|s| (s.path.as_str(), s.name.as_str())).collect()
+        let finish = self.finish.iter().map(|(_, path, name)| (path.as_str(), name.as_str()));
+        self.plan.stages.iter().map(|s| (s.path.as_str(), s.name.as_str())).chain(finish).collect()
     }
 
     /// Elements per batch.
@@ -329,6 +365,7 @@ impl Engine {
             threads: self.compute_threads,
             most_threads: self.most_threads,
             prefetch_bytes: self.options.prefetch_bytes,
+            finish: self.finish.as_ref().map(|(finish, ..)| Arc::clone(finish)),
         };
         executor::execute(
             Arc::clone(&self.source),

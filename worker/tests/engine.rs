@@ -177,3 +177,37 @@ fn epochs_back_to_back_equal_epochs_one_at_a_time() {
     let epochs: Vec<u32> = together.iter().map(|b| b.epoch).collect();
     assert_eq!(epochs, vec![0, 0, 0, 0, 1, 1, 1, 1], "no batch mixes epochs; each ends with its remainder");
 }
+
+/// The final normalization runs per batch in this process, after the shuffle, and gives the bits
+/// the consumer's own normalization of the `uint8` batches gives (the worker service's form):
+/// what the plan lists as `(per batch)` changes where it runs, not the values.
+#[test]
+fn the_normalization_finished_per_batch_equals_the_consumers() {
+    use granary_kernels::normalize::{Layout, lut, normalize_into};
+    dataset("engine-finish", 70);
+    let m = manifest("engine-finish", 16, false, 1);
+    let engine = Engine::open(&m, EngineOptions { threads: 2, ..Default::default() }).unwrap();
+    let listed = engine.stages();
+    assert_eq!(listed.last(), Some(&("spec.stages[3]", "image.normalize (per batch)")), "{listed:?}");
+    let finished = engine.run_epoch(0).collect::<Result<Vec<_>, _>>().unwrap();
+    let deferred =
+        Engine::open(&m, EngineOptions { threads: 2, defer_normalize: true, ..Default::default() })
+            .unwrap()
+            .run_epoch(0)
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+    assert_eq!(finished.len(), deferred.len());
+    let table = lut([0.5; 3], [0.25; 3]);
+    for (f, d) in finished.iter().zip(&deferred) {
+        assert_eq!(f.keys, d.keys, "the same elements in the same order");
+        let (fi, di) = (f.tensor("image").unwrap(), d.tensor("image").unwrap());
+        assert_eq!((fi.dtype.name(), di.dtype.name()), ("float32", "uint8"));
+        assert_eq!(fi.shape, vec![f.len(), 3, 24, 24]);
+        let mut expected = Vec::new();
+        for image in di.data.chunks_exact(24 * 24 * 3) {
+            normalize_into(image, 24, &table, Layout::Chw, false, &mut expected);
+        }
+        assert_eq!(fi.data, bytemuck::cast_slice::<f32, u8>(&expected), "the same bits");
+        assert_eq!(f.tensor("label"), d.tensor("label"));
+    }
+}

@@ -58,6 +58,8 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut engine =
         crate::args::engine_options(args.threads, &args.prefetch_bytes, args.python.path.as_deref())?;
     engine.defer_normalize = !args.normalize_on_worker;
+    // Told to normalize, the worker does it per element, where its stage times count the pass.
+    engine.finish_per_batch = false;
     let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout).map_err(|_| {
         crate::exit::InvalidInput("--drain-timeout must be a number of seconds, 0 or more".to_string())
     })?;

@@ -33,7 +33,7 @@ mod group;
 mod pack;
 mod tune;
 
-use crate::batch::{Batch, BatchError};
+use crate::batch::{Batch, BatchError, Finish};
 use crate::budget::{Budget, Permit};
 use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
 use crate::element::Element;
@@ -157,7 +157,7 @@ impl Task {
 }
 
 /// Executor settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ExecOptions {
     /// Compute threads to start with.
     pub threads: usize,
@@ -166,6 +166,9 @@ pub struct ExecOptions {
     /// Bytes of data in flight (read ahead, being computed, and finished batches) before the
     /// reader waits.
     pub prefetch_bytes: usize,
+    /// A final normalization applied to whole batches on their way out, by a thread of its own
+    /// between the assembler and the consumer ([`Finish`]).
+    pub finish: Option<Arc<Finish>>,
 }
 
 /// What the executor produces, in task order.
@@ -528,12 +531,40 @@ pub fn execute(
         handles.push(spawn("granary-tuner", move || tune::run(tuned, threads, most)));
     }
     drop(done_tx);
+    let (assembled_tx, out_rx) = match opts.finish {
+        None => (out_tx, out_rx),
+        Some(finish) => {
+            let (assembled_tx, assembled_rx) = bounded::<Result<Output, ExecError>>(1);
+            handles.push(spawn("granary-finisher", move || finish_batches(&finish, &assembled_rx, &out_tx)));
+            (assembled_tx, out_rx)
+        }
+    };
     handles.push(spawn("granary-assembler", {
         let budget = Arc::clone(&budget);
         let times = Arc::clone(&times);
-        move || assemble::run(&plan, &done_rx, &out_tx, &budget, &times, &rt)
+        move || assemble::run(&plan, &done_rx, &assembled_tx, &budget, &times, &rt)
     }));
     Execution { outputs: out_rx, budget, times, threads: handles, peak_threads, failed: false }
+}
+
+/// Passes the assembler's outputs on in order, each batch finished ([`Finish`]); a batch it
+/// cannot finish ends the execution with the reason.
+fn finish_batches(
+    finish: &Finish,
+    assembled: &Receiver<Result<Output, ExecError>>,
+    out: &Sender<Result<Output, ExecError>>,
+) {
+    for mut output in assembled {
+        if let Ok(Output::Batch { batch, .. }) = &mut output
+            && let Err(why) = finish.apply(batch)
+        {
+            let _ = out.send(Err(ExecError::Batch(BatchError::Finish(why))));
+            return;
+        }
+        if out.send(output).is_err() {
+            return;
+        }
+    }
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

@@ -83,7 +83,11 @@ impl WorkerConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             advertise: None,
             pipeline: None,
-            engine: EngineOptions { defer_normalize: true, ..EngineOptions::default() },
+            engine: EngineOptions {
+                defer_normalize: true,
+                finish_per_batch: false,
+                ..EngineOptions::default()
+            },
             drain_timeout: Duration::from_secs(20),
             leases_ahead: 2,
             metrics_addr: None,

@@ -1,0 +1,218 @@
+//! A pipeline's final `float32` `image.normalize`, applied to whole batches as they leave the
+//! executor instead of to each element.
+//!
+//! Per element, the normalization writes four bytes per pixel channel that then wait in the
+//! shuffle buffer (1024 float32 ImageNet images are 616 MB) and are copied into the batch: a
+//! write, a read from memory long since out of the caches, and another write. Per batch, the
+//! elements stay `uint8` until they are stacked (a quarter of the bytes to hold and copy), and
+//! one pass reads each image once and writes its `float32` values once, into the batch. The
+//! tables are `granary_kernels`' as everywhere else, so the values are the same bits.
+
+use super::{Batch, BatchTensor};
+use crate::tensor::DType;
+use granary_kernels::normalize::{Layout, Lut, lut, normalize_into, normalize_over};
+use std::cell::RefCell;
+
+/// Images one thread finishes per batch before another thread is worth starting.
+const IMAGES_PER_THREAD: usize = 16;
+
+/// The normalization of one field, finished per batch.
+#[derive(Debug)]
+pub struct Finish {
+    field: String,
+    table: Box<Lut>,
+    layout: Layout,
+    /// Threads that share the pass over one batch (at least 1).
+    threads: usize,
+}
+
+thread_local! {
+    /// One image's `float32` values, reused, when the batch's buffer cannot be written as floats.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Finish {
+    /// The normalization of `field` by per-channel `mean` and `std` into `layout`, one pass over
+    /// each batch shared by up to `threads` threads.
+    pub fn new(field: &str, mean: [f32; 3], std: [f32; 3], layout: Layout, threads: usize) -> Finish {
+        Finish { field: field.to_string(), table: Box::new(lut(mean, std)), layout, threads: threads.max(1) }
+    }
+
+    /// The field it normalizes.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// Normalizes the field's tensor of `batch` (`uint8` `[rows, h, w, 3]`) into `float32` in
+    /// place. A batch without the field is left as it is; a field of another form is an error
+    /// naming it.
+    pub fn apply(&self, batch: &mut Batch) -> Result<(), String> {
+        let Some(tensor) = batch.tensors.iter_mut().find(|t| t.name == self.field) else {
+            return Ok(());
+        };
+        let [rows, h, w, 3] = tensor.shape[..] else {
+            return Err(self.wrong(tensor));
+        };
+        let image = h * w * 3;
+        if tensor.dtype != DType::Uint8 || tensor.data.len() != rows * image {
+            return Err(self.wrong(tensor));
+        }
+        let mut out = crate::buffers::take_filled(tensor.data.len() * 4);
+        if image > 0 {
+            match bytemuck::try_cast_slice_mut::<u8, f32>(&mut out) {
+                Ok(values) => self.over(&tensor.data, image, values),
+                // A buffer not aligned for floats (allocators align buffers this large to 16
+                // bytes, but nothing promises it): through a scratch image instead.
+                Err(_) => {
+                    out.clear();
+                    self.appended(&tensor.data, image, w, &mut out);
+                }
+            }
+        }
+        tensor.shape = match self.layout {
+            Layout::Hwc => vec![rows, h, w, 3],
+            Layout::Chw => vec![rows, 3, h, w],
+        };
+        tensor.dtype = DType::Float32;
+        crate::buffers::give(std::mem::replace(&mut tensor.data, out));
+        Ok(())
+    }
+
+    /// Writes the `float32` values of the images in `pixels` (`image` bytes each) over
+    /// `values`, the images shared out in contiguous runs among up to `self.threads` threads.
+    fn over(&self, pixels: &[u8], image: usize, values: &mut [f32]) {
+        let rows = pixels.len() / image;
+        let threads = self.threads.min(rows.div_ceil(IMAGES_PER_THREAD)).max(1);
+        let per = rows.div_ceil(threads) * image;
+        let run = |src: &[u8], dst: &mut [f32]| {
+            for (one, out) in src.chunks_exact(image).zip(dst.chunks_exact_mut(image)) {
+                normalize_over(one, &self.table, self.layout, out);
+            }
+        };
+        if threads == 1 {
+            return run(pixels, values);
+        }
+        std::thread::scope(|scope| {
+            let mut runs = pixels.chunks(per).zip(values.chunks_mut(per));
+            let first = runs.next();
+            for (src, dst) in runs {
+                scope.spawn(move || run(src, dst));
+            }
+            if let Some((src, dst)) = first {
+                run(src, dst);
+            }
+        });
+    }
+
+    /// Appends the `float32` values of the images in `pixels` (`image` bytes each, rows of `w`)
+    /// to `out`, one image at a time through a scratch buffer.
+    fn appended(&self, pixels: &[u8], image: usize, w: usize, out: &mut Vec<u8>) {
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            for one in pixels.chunks_exact(image) {
+                scratch.clear();
+                normalize_into(one, w, &self.table, self.layout, false, &mut scratch);
+                out.extend_from_slice(bytemuck::cast_slice(&scratch));
+            }
+        });
+    }
+
+    fn wrong(&self, tensor: &BatchTensor) -> String {
+        format!(
+            "`image.normalize` finishes field `{}` per batch, which needs uint8 images [rows, height, \
+             width, 3], but the batch holds {} {:?}",
+            self.field,
+            tensor.dtype.name(),
+            tensor.shape
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+    const STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+    fn batch(rows: usize, h: usize, w: usize) -> Batch {
+        let n = rows * h * w * 3;
+        Batch {
+            epoch: 0,
+            origin: None,
+            keys: (0..rows).map(|i| i.to_string()).collect(),
+            tensors: vec![
+                BatchTensor {
+                    name: "image".into(),
+                    dtype: DType::Uint8,
+                    shape: vec![rows, h, w, 3],
+                    data: (0..n).map(|i| (i * 37 % 251) as u8).collect(),
+                },
+                BatchTensor {
+                    name: "label".into(),
+                    dtype: DType::Int64,
+                    shape: vec![rows],
+                    data: vec![0; rows * 8],
+                },
+            ],
+            ragged: None,
+            permit: None,
+        }
+    }
+
+    /// What each image normalized on its own gives, as the fused operator writes it.
+    fn per_image(b: &Batch, layout: Layout) -> Vec<u8> {
+        let t = &b.tensors[0];
+        let [_, h, w, _] = t.shape[..] else { unreachable!() };
+        let mut out = Vec::new();
+        for pixels in t.data.chunks_exact(h * w * 3) {
+            normalize_into(pixels, w, &lut(MEAN, STD), layout, false, &mut out);
+        }
+        bytemuck::cast_slice(&out).to_vec()
+    }
+
+    #[test]
+    fn a_batch_gets_the_bits_of_its_images_normalized_one_by_one_with_any_thread_count() {
+        for layout in [Layout::Hwc, Layout::Chw] {
+            for threads in [1, 2, 3, 8] {
+                for rows in [1, 17, 40] {
+                    let mut b = batch(rows, 5, 7);
+                    let expected = per_image(&b, layout);
+                    let label = b.tensors[1].clone();
+                    Finish::new("image", MEAN, STD, layout, threads).apply(&mut b).unwrap();
+                    let t = &b.tensors[0];
+                    assert_eq!(t.dtype, DType::Float32);
+                    let shape = if layout == Layout::Chw { vec![rows, 3, 5, 7] } else { vec![rows, 5, 7, 3] };
+                    assert_eq!(t.shape, shape);
+                    assert_eq!(t.data, expected, "{layout:?}, {threads} threads, {rows} rows");
+                    assert_eq!(b.tensors[1], label, "other fields are left alone");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_path_through_a_scratch_image_gives_the_same_bytes() {
+        for layout in [Layout::Hwc, Layout::Chw] {
+            let b = batch(3, 5, 7);
+            let mut out = Vec::new();
+            Finish::new("image", MEAN, STD, layout, 1).appended(&b.tensors[0].data, 5 * 7 * 3, 7, &mut out);
+            assert_eq!(out, per_image(&b, layout), "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn a_field_of_another_form_is_an_error_naming_it() {
+        let mut b = batch(2, 3, 4);
+        b.tensors[0].dtype = DType::Float32;
+        b.tensors[0].data = vec![0; 2 * 3 * 4 * 3 * 4];
+        let why = Finish::new("image", MEAN, STD, Layout::Chw, 1).apply(&mut b).unwrap_err();
+        assert!(why.contains("field `image`") && why.contains("float32"), "{why}");
+        let mut b = batch(2, 3, 4);
+        b.tensors[0].shape = vec![2, 36];
+        assert!(Finish::new("image", MEAN, STD, Layout::Chw, 1).apply(&mut b).is_err());
+        let mut b = batch(2, 3, 4);
+        assert!(Finish::new("pixels", MEAN, STD, Layout::Chw, 1).apply(&mut b).is_ok(), "no such field");
+        assert_eq!(b.tensors[0].dtype, DType::Uint8);
+    }
+}
