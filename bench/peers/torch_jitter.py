@@ -28,7 +28,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,11 +44,9 @@ from torch.utils.data import DataLoader, RandomSampler, get_worker_info  # noqa:
 from torchvision.transforms import v2  # noqa: E402
 
 import colour_jitter  # noqa: E402
-from common import DEFAULT_DATA, IMAGENET_MEAN, IMAGENET_STD, cores, emit, error, load_labels, log, measure  # noqa: E402
+from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
+from loader_run import arguments, run  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
-
-SYSTEM = "pytorch-dataloader"
-
 
 class NumpyStage:
     """A v2 transform step that calls a `python.map`-style function (element dict in and out,
@@ -103,30 +100,10 @@ def build_loader(cfg, data, batch, workers, total_batches, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--config", action="append", choices=["float32", "uint8", "float32-identity", "uint8-identity"])
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--workers", type=int, default=cores())
-    ap.add_argument("--warmup", type=int, default=5, help="untimed batches")
-    ap.add_argument("--batches", type=int, default=30, help="timed batches")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    torch.manual_seed(a.seed)
+    a = arguments(__doc__, ["float32", "uint8", "float32-identity", "uint8-identity"], ["float32", "uint8"])
     versions = {"torch": torch.__version__, "torchvision": torchvision.__version__, "numpy": np.__version__}
-    for cfg in a.config or ["float32", "uint8"]:
-        pipeline = "image-rrc224-flip" if cfg.endswith("-identity") else "image-rrc224-jitter-flip"
-        try:
-            loader, info = build_loader(cfg, a.data, a.batch, a.workers, a.warmup + a.batches + 1, a.seed)
-            it = iter(loader)
-            items, dt, first = measure(it, a.warmup, a.batches, lambda b: b[0].shape[0])
-            del it
-            emit(SYSTEM, pipeline, cfg, items, dt, a.batches, batch_size=a.batch, workers=a.workers,
-                 warmup_batches=a.warmup, first_batch_s=round(first or 0, 3), layout="NCHW",
-                 versions=versions, **info)
-        except Exception as e:  # keep going with the other configs
-            log(f"[{SYSTEM}/{cfg}] failed: {e!r}")
-            error(SYSTEM, pipeline, cfg, e, versions=versions)
+    run(a, lambda cfg: "image-rrc224-flip" if cfg.endswith("-identity") else "image-rrc224-jitter-flip",
+        build_loader, versions)
 
 
 if __name__ == "__main__":

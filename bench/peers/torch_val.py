@@ -16,7 +16,6 @@ It imports the peers' own helpers (common.py, torch_loader.py) from $PEERS_DIR/p
 benchmarks' folder; required) and prints their JSON line format, with `pipeline`
 image-resize256-center224.
 """
-import argparse
 import os
 import sys
 
@@ -30,10 +29,10 @@ import torchvision  # noqa: E402
 from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
-from common import DEFAULT_DATA, IMAGENET_MEAN, IMAGENET_STD, cores, emit, error, load_labels, log, measure  # noqa: E402
+from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
+from loader_run import arguments, run  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
 
-SYSTEM = "pytorch-dataloader"
 PIPELINE = "image-resize256-center224"
 
 
@@ -58,29 +57,9 @@ def build_loader(cfg, data, batch, workers, total_batches, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--config", action="append", choices=["float32", "uint8"])
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--workers", type=int, default=cores())
-    ap.add_argument("--warmup", type=int, default=5, help="untimed batches")
-    ap.add_argument("--batches", type=int, default=30, help="timed batches")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    torch.manual_seed(a.seed)
+    a = arguments(__doc__, ["float32", "uint8"], ["float32"])
     versions = {"torch": torch.__version__, "torchvision": torchvision.__version__}
-    for cfg in a.config or ["float32"]:
-        try:
-            loader, info = build_loader(cfg, a.data, a.batch, a.workers, a.warmup + a.batches + 1, a.seed)
-            it = iter(loader)
-            items, dt, first = measure(it, a.warmup, a.batches, lambda b: b[0].shape[0])
-            del it
-            emit(SYSTEM, PIPELINE, cfg, items, dt, a.batches, batch_size=a.batch, workers=a.workers,
-                 warmup_batches=a.warmup, first_batch_s=round(first or 0, 3), layout="NCHW",
-                 versions=versions, **info)
-        except Exception as e:  # keep going with the other configs
-            log(f"[{SYSTEM}/{cfg}] failed: {e!r}")
-            error(SYSTEM, PIPELINE, cfg, e, versions=versions)
+    run(a, lambda cfg: PIPELINE, build_loader, versions)
 
 
 if __name__ == "__main__":
