@@ -6,6 +6,7 @@ The caller puts $PEERS_DIR/peers on sys.path before importing this module.
 import argparse
 
 import torch
+from torch.utils.data import DataLoader, RandomSampler
 
 from common import DEFAULT_DATA, cores, emit, error, log, measure
 
@@ -26,6 +27,18 @@ def arguments(doc, configs, default):
     a = ap.parse_args()
     a.config = a.config or default
     return a
+
+
+def folder_loader(ds, batch, workers, total_batches, seed):
+    """The peers' DataLoader over a folder dataset: batches of `batch`, `workers` processes
+    prefetching 2 batches each, sampling without replacement (re-permuted each pass) for
+    `total_batches` batches; with the dataset's size for the JSON line."""
+    kw = dict(batch_size=batch, num_workers=workers, drop_last=True, pin_memory=False, persistent_workers=False)
+    if workers > 0:
+        kw["prefetch_factor"] = 2
+    g = torch.Generator().manual_seed(seed)
+    sampler = RandomSampler(ds, replacement=False, num_samples=total_batches * batch, generator=g)
+    return DataLoader(ds, sampler=sampler, **kw), {"dataset_size": len(ds)}
 
 
 def run(a, pipeline_of, build_loader, versions):

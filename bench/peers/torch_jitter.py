@@ -40,12 +40,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torchvision  # noqa: E402
-from torch.utils.data import DataLoader, RandomSampler, get_worker_info  # noqa: E402
+from torch.utils.data import get_worker_info  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
 import colour_jitter  # noqa: E402
 from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
-from loader_run import arguments, run  # noqa: E402
+from loader_run import arguments, folder_loader, run  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
 
 class NumpyStage:
@@ -91,12 +91,7 @@ def build_loader(cfg, data, batch, workers, total_batches, seed):
     else:
         stage = NumpyStage(colour_jitter.jitter, takes_rng=True, brightness=0.4, contrast=0.4, saturation=0.4)
     ds = FolderDataset(load_labels(data), decode_tv, make_transform(dtype != "uint8", stage))
-    kw = dict(batch_size=batch, num_workers=workers, drop_last=True, pin_memory=False, persistent_workers=False)
-    if workers > 0:
-        kw["prefetch_factor"] = 2
-    g = torch.Generator().manual_seed(seed)
-    sampler = RandomSampler(ds, replacement=False, num_samples=total_batches * batch, generator=g)
-    return DataLoader(ds, sampler=sampler, **kw), {"dataset_size": len(ds)}
+    return folder_loader(ds, batch, workers, total_batches, seed)
 
 
 def main():

@@ -26,11 +26,10 @@ sys.path.insert(0, os.path.join(PEERS_DIR, "peers"))
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
-from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
 from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
-from loader_run import arguments, run  # noqa: E402
+from loader_run import arguments, folder_loader, run  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
 
 PIPELINE = "image-resize256-center224"
@@ -47,13 +46,7 @@ def make_transform(normalize):
 
 def build_loader(cfg, data, batch, workers, total_batches, seed):
     ds = FolderDataset(load_labels(data), decode_tv, make_transform(cfg == "float32"))
-    kw = dict(batch_size=batch, num_workers=workers, drop_last=True, pin_memory=False, persistent_workers=False)
-    if workers > 0:
-        kw["prefetch_factor"] = 2
-    # The same sampling as the train recipe's peer: the order does not change the work per image.
-    g = torch.Generator().manual_seed(seed)
-    sampler = RandomSampler(ds, replacement=False, num_samples=total_batches * batch, generator=g)
-    return DataLoader(ds, sampler=sampler, **kw), {"dataset_size": len(ds)}
+    return folder_loader(ds, batch, workers, total_batches, seed)
 
 
 def main():
