@@ -7,8 +7,9 @@ import argparse
 
 import torch
 from torch.utils.data import DataLoader, RandomSampler
+from torchvision.transforms import v2
 
-from common import DEFAULT_DATA, cores, emit, error, log, measure
+from common import DEFAULT_DATA, IMAGENET_MEAN, IMAGENET_STD, cores, emit, error, log, measure
 
 SYSTEM = "pytorch-dataloader"
 
@@ -27,6 +28,16 @@ def arguments(doc, configs, default):
     a = ap.parse_args()
     a.config = a.config or default
     return a
+
+
+def transform(steps, normalize):
+    """`steps`, then the peers' ending: a float32 tensor scaled to [0, 1] and normalized with
+    ImageNet's mean and std when `normalize`, else the uint8 tensor."""
+    if normalize:
+        steps = steps + [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    else:
+        steps = steps + [v2.ToImage()]
+    return v2.Compose(steps)
 
 
 def folder_loader(ds, batch, workers, total_batches, seed):

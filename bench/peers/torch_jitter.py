@@ -44,8 +44,8 @@ from torch.utils.data import get_worker_info  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
 import colour_jitter  # noqa: E402
-from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
-from loader_run import arguments, folder_loader, run  # noqa: E402
+from common import load_labels  # noqa: E402
+from loader_run import arguments, folder_loader, run, transform  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
 
 class NumpyStage:
@@ -75,22 +75,14 @@ class NumpyStage:
         return torch.from_numpy(out["image"]).permute(2, 0, 1).contiguous()
 
 
-def make_transform(normalize, stage):
-    t = [v2.RandomResizedCrop(224, antialias=True), stage, v2.RandomHorizontalFlip()]
-    if normalize:
-        t += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    else:
-        t += [v2.ToImage()]
-    return v2.Compose(t)
-
-
 def build_loader(cfg, data, batch, workers, total_batches, seed):
     dtype, _, variant = cfg.partition("-")
     if variant == "identity":
         stage = NumpyStage(colour_jitter.identity, takes_rng=False)
     else:
         stage = NumpyStage(colour_jitter.jitter, takes_rng=True, brightness=0.4, contrast=0.4, saturation=0.4)
-    ds = FolderDataset(load_labels(data), decode_tv, make_transform(dtype != "uint8", stage))
+    steps = transform([v2.RandomResizedCrop(224, antialias=True), stage, v2.RandomHorizontalFlip()], dtype != "uint8")
+    ds = FolderDataset(load_labels(data), decode_tv, steps)
     return folder_loader(ds, batch, workers, total_batches, seed)
 
 

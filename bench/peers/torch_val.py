@@ -28,24 +28,16 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
-from common import IMAGENET_MEAN, IMAGENET_STD, load_labels  # noqa: E402
-from loader_run import arguments, folder_loader, run  # noqa: E402
+from common import load_labels  # noqa: E402
+from loader_run import arguments, folder_loader, run, transform  # noqa: E402
 from torch_loader import FolderDataset, decode_tv  # noqa: E402
 
 PIPELINE = "image-resize256-center224"
 
 
-def make_transform(normalize):
-    t = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
-    if normalize:
-        t += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    else:
-        t += [v2.ToImage()]
-    return v2.Compose(t)
-
-
 def build_loader(cfg, data, batch, workers, total_batches, seed):
-    ds = FolderDataset(load_labels(data), decode_tv, make_transform(cfg == "float32"))
+    steps = transform([v2.Resize(256, antialias=True), v2.CenterCrop(224)], cfg == "float32")
+    ds = FolderDataset(load_labels(data), decode_tv, steps)
     return folder_loader(ds, batch, workers, total_batches, seed)
 
 
