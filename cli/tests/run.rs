@@ -167,7 +167,8 @@ fn bench_reports_the_fast_path_and_its_same_run_ratios() {
     }
     assert!(r["cores"].as_u64().is_some_and(|c| c >= 1));
 
-    // Text mode names the fused stages and prints the three figures.
+    // Text mode names the fused stages, the normalization finished per batch, and prints the
+    // three figures.
     let out = granary()
         .arg("bench")
         .arg(examples().join("imagenet-resnet50.yaml"))
@@ -177,7 +178,8 @@ fn bench_reports_the_fast_path_and_its_same_run_ratios() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("spec.stages[0..=3]"), "{err}");
+    assert!(err.contains("spec.stages[0..=2]"), "{err}");
+    assert!(err.contains("spec.stages[3]: image.normalize (per batch)"), "{err}");
     assert!(
         text.contains("fast path") && text.contains("baseline") && text.contains("decode only"),
         "{text}"
