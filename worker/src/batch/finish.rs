@@ -38,11 +38,6 @@ impl Finish {
         Finish { field: field.to_string(), table: Box::new(lut(mean, std)), layout, threads: threads.max(1) }
     }
 
-    /// The field it normalizes.
-    pub fn field(&self) -> &str {
-        &self.field
-    }
-
     /// Normalizes the field's tensor of `batch` (`uint8` `[rows, h, w, 3]`) into `float32` in
     /// place. A batch without the field is left as it is; a field of another form is an error
     /// naming it.
