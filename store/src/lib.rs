@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod credentials;
+pub mod delayed;
 pub mod url;
 
 pub use crate::credentials::{Cloud, CredentialError};

@@ -1,5 +1,6 @@
-//! Test-only slowing of the cache store (`GRANARY_TEST_CACHE_THROTTLE`), so that tests and
-//! benchmarks on a local disk can pretend to be on a remote object store.
+//! Test-only slowing of a store (the cache's: `GRANARY_TEST_CACHE_THROTTLE`; the worker's source
+//! has its own variable), so that tests and benchmarks on a local disk can pretend to be on a
+//! remote object store.
 
 use std::time::Duration;
 
@@ -24,9 +25,14 @@ impl Throttle {
     /// Parses `get_per_byte_ns=N,put_per_byte_ns=N,per_call_ms=N` (any subset, any order, spaces
     /// allowed around items). Errors name [`THROTTLE_ENV`].
     pub fn parse(text: &str) -> Result<Throttle, CacheError> {
+        Throttle::parse_var(THROTTLE_ENV, text)
+    }
+
+    /// [`Throttle::parse`] for the value of the variable `var`; errors name it.
+    pub fn parse_var(var: &str, text: &str) -> Result<Throttle, CacheError> {
         let mut throttle = Throttle::default();
         for item in text.split(',').map(str::trim).filter(|item| !item.is_empty()) {
-            let bad = |why: String| CacheError::Format(format!("{THROTTLE_ENV}: `{item}`: {why}"));
+            let bad = |why: String| CacheError::Format(format!("{var}: `{item}`: {why}"));
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 bad("expected KEY=N with KEY one of get_per_byte_ns, put_per_byte_ns, per_call_ms".into())
             })?;
@@ -50,11 +56,16 @@ impl Throttle {
 
     /// The throttle [`THROTTLE_ENV`] asks for, or `None` when it is not set.
     pub fn from_env() -> Result<Option<Throttle>, CacheError> {
-        match std::env::var(THROTTLE_ENV) {
-            Ok(text) => Throttle::parse(&text).map(Some),
+        Throttle::from_var(THROTTLE_ENV)
+    }
+
+    /// The throttle the environment variable `var` asks for, or `None` when it is not set.
+    pub fn from_var(var: &str) -> Result<Option<Throttle>, CacheError> {
+        match std::env::var(var) {
+            Ok(text) => Throttle::parse_var(var, &text).map(Some),
             Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => {
-                Err(CacheError::Format(format!("{THROTTLE_ENV} is not valid UTF-8")))
+                Err(CacheError::Format(format!("{var} is not valid UTF-8")))
             }
         }
     }
@@ -102,5 +113,10 @@ mod tests {
             assert!(err.starts_with(THROTTLE_ENV), "{err}");
             assert!(err.contains(needle), "{err}");
         }
+        let err = Throttle::parse_var("OTHER_THROTTLE", "per_call_ms=x").unwrap_err().to_string();
+        assert!(
+            err.starts_with("OTHER_THROTTLE: `per_call_ms=x`"),
+            "another variable's errors name it: {err}"
+        );
     }
 }
