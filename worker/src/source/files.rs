@@ -1,6 +1,7 @@
 //! `format: files`: one object per sample, grouped into splits of `filesPerSplit`, with labels
 //! from an optional JSONL file.
 
+use super::read_ahead::{self, ReadAhead};
 use super::{Emit, Object, SourceError, Split, SplitKind, get_bytes, get_listed, relative_key};
 use crate::element::{Element, Value};
 use crate::store::{self, Located};
@@ -10,10 +11,8 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-
-/// Reads in flight at once per split: hides store latency for small files.
-const READ_AHEAD: usize = 16;
 
 /// The field a sample's bytes go to, by file extension.
 pub(crate) fn field_for_extension(ext: &str) -> &str {
@@ -128,23 +127,37 @@ pub(super) fn read(
     store: &Arc<dyn ObjectStore>,
     root: &StorePath,
     samples: &[(Object, Option<i64>)],
+    read_ahead: &ReadAhead,
     rt: &Handle,
     emit: &mut Emit<'_>,
 ) -> Result<(), SourceError> {
-    let mut pending = VecDeque::with_capacity(READ_AHEAD);
-    let mut next = samples.iter();
+    let mut pending = VecDeque::with_capacity(read_ahead::START);
+    // Listed bytes of the reads in `pending`.
+    let mut in_flight = 0u64;
+    let mut next = samples.iter().peekable();
     let spawn =
         |s: &(Object, Option<i64>)| rt.spawn(get_listed(Arc::clone(store), s.0.location.clone(), s.0.size));
-    for s in next.by_ref().take(READ_AHEAD) {
-        pending.push_back((s, spawn(s)));
-    }
-    while let Some((sample, handle)) = pending.pop_front() {
+    let mut first = true;
+    loop {
+        // Top the reads up to the depth, within the byte bound (a lone read always starts).
+        let depth = read_ahead.depth();
+        while pending.len() < depth
+            && let Some(s) =
+                next.next_if(|s| pending.is_empty() || in_flight + s.0.size <= read_ahead::MOST_BYTES)
+        {
+            in_flight += s.0.size;
+            pending.push_back((s, spawn(s)));
+        }
+        let Some((sample, handle)) = pending.pop_front() else { break };
+        in_flight -= sample.0.size;
+        let (started, ready) = (Instant::now(), handle.is_finished());
         let bytes = rt.block_on(handle).map_err(|e| {
             SourceError::data(sample.0.location.to_string(), format!("read task failed: {e}"))
         })??;
-        if let Some(s) = next.next() {
-            pending.push_back((s, spawn(s)));
-        }
+        // Nothing could have read a split's first sample earlier: only later waits say the reads
+        // fall behind (taking a finished read is no wait, however long it takes).
+        let waited = if first || ready { Duration::ZERO } else { started.elapsed() };
+        first = false;
         let (object, label) = sample;
         let ext = object.location.extension().unwrap_or("").to_ascii_lowercase();
         let mut element = Element::new(relative_key(root, &object.location));
@@ -152,9 +165,72 @@ pub(super) fn read(
         if let Some(label) = label {
             element.set("label", Value::Tensor(Tensor::scalar_i64(*label)));
         }
-        if !emit(element) {
+        let handing = Instant::now();
+        let go_on = emit(element);
+        read_ahead.took(waited, handing.elapsed());
+        if !go_on {
             return Ok(());
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_store::cache::Throttle;
+    use granary_store::delayed::Delayed;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    /// A split's samples, as the listing gives them.
+    type Samples = Vec<(Object, Option<i64>)>;
+
+    /// `n` small objects in a store that takes `latency` to answer each read.
+    fn distant_store(
+        n: usize,
+        latency: Duration,
+        rt: &tokio::runtime::Runtime,
+    ) -> (Arc<dyn ObjectStore>, Samples) {
+        let store = InMemory::new();
+        let mut samples = Vec::new();
+        for i in 0..n {
+            let location = StorePath::from(format!("data/{i:04}.bin"));
+            let body = format!("sample {i}").into_bytes();
+            let size = body.len() as u64;
+            rt.block_on(store.put(&location, body.into())).unwrap();
+            samples.push((Object { location, size }, Some(i as i64)));
+        }
+        let throttle = Throttle { per_call_ms: latency.as_millis() as u64, ..Throttle::default() };
+        (Arc::new(Delayed::new(Arc::new(store), throttle)), samples)
+    }
+
+    fn read_all(tuned: bool) -> (Vec<(String, Vec<u8>)>, usize) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (store, samples) = distant_store(320, Duration::from_millis(5), &rt);
+        let read_ahead = ReadAhead::new(tuned);
+        let mut got = Vec::new();
+        let root = StorePath::from("data");
+        read(&store, &root, &samples, &read_ahead, rt.handle(), &mut |element: Element| {
+            let Some(Value::Bytes(bytes)) = element.get("bin") else { panic!("no `bin` field") };
+            got.push((element.key.clone(), bytes.to_vec()));
+            true
+        })
+        .unwrap();
+        (got, read_ahead.depth())
+    }
+
+    #[test]
+    fn reads_that_fall_behind_a_distant_store_go_deeper_and_keep_their_order() {
+        let (tuned, depth) = read_all(true);
+        // The consumer takes every element at once, so the reader spends its time waiting on the
+        // store: the depth doubles window after window.
+        assert!(depth >= 4 * read_ahead::START, "depth {depth}");
+        let (fixed, fixed_depth) = read_all(false);
+        assert_eq!(fixed_depth, read_ahead::START);
+        assert_eq!(tuned, fixed, "the depth changes when reads start, not what they give");
+        let expected: Vec<(String, Vec<u8>)> =
+            (0..320).map(|i| (format!("{i:04}.bin"), format!("sample {i}").into_bytes())).collect();
+        assert_eq!(tuned, expected);
+    }
 }

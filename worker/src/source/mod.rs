@@ -10,6 +10,7 @@ pub mod csv;
 pub mod files;
 pub mod jsonl;
 pub mod parquet;
+pub mod read_ahead;
 pub mod tfrecord;
 pub mod values;
 pub mod webdataset;
@@ -20,6 +21,7 @@ use futures::TryStreamExt;
 use granary_crds::{InputPipelineSpec, SourceFormat, SourceSpec};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use read_ahead::ReadAhead;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::runtime::Handle;
@@ -208,6 +210,8 @@ pub struct Source {
     splits: Vec<Split>,
     /// The fields readers give elements; `None` for all of them.
     projection: Option<Arc<Projection>>,
+    /// Reads in flight for `format: files` splits, tuned as they go.
+    read_ahead: ReadAhead,
 }
 
 /// One listed input.
@@ -237,11 +241,13 @@ impl Source {
     /// `format: files` (see [`SourceSpec::files_per_split`]).
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let (listed, splits) = Self::list_input(spec, batch_size).await?;
-        Ok(Source { inputs: vec![Listed { splits: 0..splits.len(), ..listed }], splits, projection: None })
+        let inputs = vec![Listed { splits: 0..splits.len(), ..listed }];
+        Ok(Source { inputs, splits, projection: None, read_ahead: ReadAhead::new(true) })
     }
 
     /// Lists every input of `spec` (its `source`, or each of its `sources` in order), numbering
-    /// the splits across them. A failure names the input's field path.
+    /// the splits across them. A failure names the input's field path. The reads in flight for
+    /// `format: files` are tuned unless `spec.optimize` is false ([`read_ahead`]).
     pub async fn open_all(spec: &InputPipelineSpec, batch_size: usize) -> Result<Source, SourceError> {
         let mut inputs = Vec::new();
         let mut splits: Vec<Split> = Vec::new();
@@ -257,11 +263,11 @@ impl Source {
             }));
             inputs.push(Listed { splits: first..splits.len(), ..listed });
         }
-        Ok(Source { inputs, splits, projection: None })
+        Ok(Source { inputs, splits, projection: None, read_ahead: ReadAhead::new(spec.optimize) })
     }
 
     async fn list_input(spec: &SourceSpec, batch_size: usize) -> Result<(Listed, Vec<Split>), SourceError> {
-        let located = store::open(&spec.url)?;
+        let located = throttled(store::open(&spec.url)?)?;
         let objects = list(&located).await?;
         let identity = identity(&objects);
         let splits = match spec.format {
@@ -329,6 +335,11 @@ impl Source {
         &self.splits
     }
 
+    /// Reads a `format: files` split keeps in flight now ([`read_ahead`]).
+    pub fn read_depth(&self) -> usize {
+        self.read_ahead.depth()
+    }
+
     /// Split ids of each input, in the order of `spec.sources` (one range for a single source).
     pub fn input_splits(&self) -> Vec<std::ops::Range<usize>> {
         self.inputs.iter().map(|i| i.splits.clone()).collect()
@@ -368,7 +379,7 @@ impl Source {
         let (store, root) = (&input.located.store, &input.located.path);
         let projection = self.projection.as_deref();
         match &split.kind {
-            SplitKind::Files(samples) => files::read(store, root, samples, rt, emit),
+            SplitKind::Files(samples) => files::read(store, root, samples, &self.read_ahead, rt, emit),
             SplitKind::Shard(object) => webdataset::read(store, root, object, rt, emit),
             SplitKind::Jsonl(object) => jsonl::read(store, root, object, projection, rt, emit),
             SplitKind::RowGroup { object, row_group, first_row, .. } => {
@@ -399,6 +410,23 @@ fn identity(objects: &[ObjectMeta]) -> String {
         field(o.version.as_deref().unwrap_or("").as_bytes());
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The variable that slows the source's store down in tests and benchmarks, in the cache
+/// throttle's format (`per_call_ms=N,get_per_byte_ns=N`): a local disk then answers like a
+/// distant object store, whose per-request latency the reads in flight must hide.
+pub const THROTTLE_ENV: &str = "GRANARY_TEST_SOURCE_THROTTLE";
+
+/// `located`, slowed down as [`THROTTLE_ENV`] asks when it is set.
+fn throttled(located: Located) -> Result<Located, SourceError> {
+    let throttle = granary_store::cache::Throttle::from_var(THROTTLE_ENV).map_err(|e| {
+        let message = e.to_string();
+        let message = message.strip_prefix(&format!("{THROTTLE_ENV}: ")).unwrap_or(&message).to_string();
+        SourceError::data(THROTTLE_ENV.to_string(), message)
+    })?;
+    let Some(throttle) = throttle else { return Ok(located) };
+    let store = granary_store::delayed::Delayed::new(located.store, throttle);
+    Ok(Located { store: Arc::new(store), ..located })
 }
 
 /// Lists every object under the URL's prefix, sorted; a URL naming one object yields it alone.
