@@ -1,7 +1,8 @@
 //! `granary plan FILE`: the plan a pipeline runs, like a database's EXPLAIN: its stages in the
 //! order they run, the fields its source reads, each rewrite of the optimizer with the rule that
 //! keeps the output the same and the gain modelled for it, and the runs of stages the worker
-//! fuses into one operator. Nothing is read from the source.
+//! fuses into one operator, and what the worker tunes while it runs. Nothing is read from the
+//! source.
 //!
 //! Exit status ([`crate::exit`]): 0, or 2 when the manifest is invalid.
 
@@ -49,6 +50,7 @@ pub fn explain(manifest: &granary_crds::Manifest, file: &str) -> String {
             .collect();
         out.push_str(&format!("fused into one operator: {}\n", stages.join(" → ")));
     }
+    out.push_str(&tuning(&spec));
     if let Some(last) = spec.stages.last()
         && let Ok(granary_crds::OpConfig::ImageNormalize(n)) = granary_crds::OpConfig::parse(last, "")
         && n.dtype == granary_crds::ops::ImageDType::Float32
@@ -60,4 +62,24 @@ pub fn explain(manifest: &granary_crds::Manifest, file: &str) -> String {
         );
     }
     out
+}
+
+/// The line naming what the worker tunes while the pipeline runs (`docs/optimizer.md`,
+/// *Tuning*); empty when it tunes nothing, as with the optimizer off.
+fn tuning(spec: &granary_crds::InputPipelineSpec) -> String {
+    if !spec.optimize {
+        return String::new();
+    }
+    let mut tuned = Vec::new();
+    let python = spec
+        .stages
+        .iter()
+        .any(|s| granary_crds::OpConfig::parse(s, "").is_ok_and(|c| c.python_call().is_some()));
+    if python {
+        tuned.push("compute threads (the Python stage's calls wait on its runners)");
+    }
+    if spec.inputs().iter().any(|input| input.source.format == granary_crds::SourceFormat::Files) {
+        tuned.push("reads in flight (format: files reads one object per sample)");
+    }
+    if tuned.is_empty() { String::new() } else { format!("tuned while running: {}\n", tuned.join("; ")) }
 }
