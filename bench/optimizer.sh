@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optimizer benchmark, back to back on this machine: eight pipelines, each measured with the
+# The optimizer benchmark, back to back on this machine: nine pipelines, each measured with the
 # optimizer on and off (`granary bench --compare-optimizer`: alternating rounds, medians) in one
 # run; one JSON line per measurement on stdout (the peers' format plus `vs_unoptimized`), then one
 # line per ratio (`"ratio": ...`, with its target and whether it is met). See bench/README.md.
@@ -22,6 +22,9 @@
 #   python-lookup       bench/optimizer/python-lookup.yaml: a python.map stage that waits 2 ms
 #                       per element (a lookup over the network); with the optimizer on, the
 #                       worker tunes its compute threads
+#   imagenet-distant    bench/imagenet-uint8.yaml with every read of the source delayed by
+#                       STORE_LATENCY_MS (20): a `files` source on a distant object store; with
+#                       the optimizer on, the reader tunes its reads in flight
 #
 # Ratios:
 #   vs_unoptimized               per pipeline, optimizer on over off
@@ -34,7 +37,7 @@
 # once under OPT_DATA (default ~/.cache/granary-optimizer-bench) with TEXT_LINES (200000) records
 # and TABLE_ROWS (2000000) rows.
 #
-# Env: PEERS_DATA, OPT_DATA, PYTHON (a Python with NumPy for the Python stage; default
+# Env: PEERS_DATA, OPT_DATA, STORE_LATENCY_MS, PYTHON (a Python with NumPy for the Python stage; default
 # $PEERS_VENV/bin/python, PEERS_VENV defaulting to ~/.cache/granary-peers/venv), GRANARY (the
 # binary; default: release build), WARMUP (5), BATCHES (30), THREADS (default: every core).
 #
@@ -50,6 +53,7 @@ WARMUP="${WARMUP:-5}"
 BATCHES="${BATCHES:-30}"
 TEXT_LINES="${TEXT_LINES:-200000}"
 TABLE_ROWS="${TABLE_ROWS:-2000000}"
+STORE_LATENCY_MS="${STORE_LATENCY_MS:-20}"
 [ -f "$DATA/images/labels.jsonl" ] || { echo "no benchmark images under $DATA: run the peers' gen_data.py --what images --out $DATA" >&2; exit 2; }
 "$PY" -c 'import numpy' 2>/dev/null || { echo "$PY needs NumPy (set PYTHON)" >&2; exit 2; }
 if [ -z "${GRANARY:-}" ]; then
@@ -86,6 +90,8 @@ PYTHONPATH="$PWD/bench/python${PYTHONPATH:+:$PYTHONPATH}" \
   bench bench/optimizer/python-jitter.yaml python --fast-only --python "$PY" "${images[@]}"
 PYTHONPATH="$PWD/bench/python${PYTHONPATH:+:$PYTHONPATH}" \
   bench bench/optimizer/python-lookup.yaml python-lookup --fast-only --python "$PY" "${images[@]}"
+GRANARY_TEST_SOURCE_THROTTLE="per_call_ms=$STORE_LATENCY_MS" \
+  bench bench/imagenet-uint8.yaml imagenet-distant --fast-only "${images[@]}"
 
 "$PY" - "$RESULTS" <<'EOF'
 import json
