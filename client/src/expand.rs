@@ -5,7 +5,7 @@
 
 use crate::tensor::{Tensor, dimensions};
 use bytes::Bytes;
-use granary_kernels::normalize::{Layout, Lut, lut, normalize_into};
+use granary_kernels::normalize::{Layout, Lut, lut, normalize_batch_into};
 use granary_proto::v1::Normalize;
 use std::sync::{Mutex, PoisonError};
 
@@ -35,9 +35,7 @@ pub(crate) fn normalize(pieces: &[granary_proto::v1::Tensor], rows: u64) -> Resu
     let mut out = recycled(total).map_err(|e| format!("tensor `{name}`: {e}"))?;
     for piece in pieces {
         // `check_part` made sure each payload holds exactly its rows.
-        for pixels in piece.data.chunks_exact(image.max(1)) {
-            normalize_into(pixels, w, &table, layout, false, &mut out);
-        }
+        normalize_batch_into(&piece.data, h, w, &table, layout, &mut out);
     }
     let shape = match layout {
         Layout::Hwc => vec![rows, h as u64, w as u64, 3],
@@ -139,6 +137,7 @@ fn into_bytes(values: Vec<f32>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use granary_kernels::normalize::normalize_into;
 
     const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
     const STD: [f32; 3] = [0.229, 0.224, 0.225];

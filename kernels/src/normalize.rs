@@ -47,6 +47,28 @@ pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: boo
     }
 }
 
+/// Appends the images of a batch to `out` as `float32` through `lut`, in `layout`: `pixels` holds
+/// whole `[h, w, 3]` interleaved images one after another (a `uint8` `[rows, h, w, 3]` tensor),
+/// and `out` gets the `[rows, h, w, 3]` or `[rows, 3, h, w]` values, each image as
+/// [`normalize_into`] writes it without a flip. Bytes after the last whole image are left out.
+pub fn normalize_batch_into(
+    pixels: &[u8],
+    h: usize,
+    w: usize,
+    lut: &Lut,
+    layout: Layout,
+    out: &mut Vec<f32>,
+) {
+    let image = h.saturating_mul(w).saturating_mul(3);
+    if image == 0 {
+        return;
+    }
+    out.reserve(pixels.len() / image * image);
+    for one in pixels.chunks_exact(image) {
+        normalize_into(one, w, lut, layout, false, out);
+    }
+}
+
 /// Writes the image `src` (`[h, w, 3]` interleaved RGB) over `out` (exactly
 /// `src.len()` values) as `float32` through `lut`, in `layout`: the values [`normalize_into`]
 /// appends without a flip, for a caller that owns the destination already (a batch's buffer).
@@ -195,5 +217,25 @@ mod tests {
         let mut out = Vec::new();
         normalize_into(&[], 0, &lut(MEAN, STD), Layout::Chw, true, &mut out);
         assert!(out.is_empty());
+        normalize_batch_into(&[1, 2, 3], 0, 1, &lut(MEAN, STD), Layout::Hwc, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_batch_is_its_images_one_after_another() {
+        let (rows, h, w) = (3, 2, 5);
+        let batch = image(rows * h, w);
+        let table = lut(MEAN, STD);
+        for layout in [Layout::Hwc, Layout::Chw] {
+            let mut one_by_one = Vec::new();
+            for one in batch.chunks_exact(h * w * 3) {
+                normalize_into(one, w, &table, layout, false, &mut one_by_one);
+            }
+            let mut whole = Vec::new();
+            // A stray byte after the last image is left out.
+            normalize_batch_into(&[&batch[..], &[7]].concat(), h, w, &table, layout, &mut whole);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&whole), bits(&one_by_one), "{layout:?}");
+        }
     }
 }

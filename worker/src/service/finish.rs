@@ -5,7 +5,7 @@
 
 use crate::engine::DeferredNormalize;
 use bytes::Bytes;
-use granary_kernels::normalize::{Layout, Lut, lut, normalize_into};
+use granary_kernels::normalize::{Layout, Lut, lut, normalize_batch_into};
 use granary_proto::v1::{Normalize, Tensor};
 
 /// A pipeline's deferred normalization: its field, its wire form, and its tables.
@@ -62,10 +62,8 @@ impl Deferred {
         {
             return None;
         }
-        let mut out = Vec::with_capacity(tensor.data.len());
-        for pixels in tensor.data.chunks_exact(image) {
-            normalize_into(pixels, w_px, &self.table, self.layout, false, &mut out);
-        }
+        let mut out = Vec::new();
+        normalize_batch_into(&tensor.data, h_px, w_px, &self.table, self.layout, &mut out);
         let shape = match self.layout {
             Layout::Hwc => vec![rows, h, w, 3],
             Layout::Chw => vec![rows, 3, h, w],
@@ -102,6 +100,7 @@ fn floats_to_bytes(values: Vec<f32>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use granary_kernels::normalize::normalize_into;
 
     fn deferred(layout: granary_crds::ops::image::Layout) -> Deferred {
         Deferred::new(&DeferredNormalize {
