@@ -99,6 +99,12 @@ fn dispatcher_and_worker_serve_metrics_that_follow_the_run() {
         sample_with(&worker, "granary_worker_compute_threads", &labels).is_some_and(|t| t >= 1.0),
         "{worker}"
     );
+    // A files source: its reads in flight start at 16 and only grow while the store is slow.
+    assert!(
+        sample_with(&worker, "granary_worker_read_depth", &labels)
+            .is_some_and(|d| (16.0..=256.0).contains(&d)),
+        "{worker}"
+    );
     assert!(
         sample_with(&worker, "granary_worker_split_seconds_count", &labels).unwrap_or_default() >= 1.0,
         "{worker}"

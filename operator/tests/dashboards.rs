@@ -45,6 +45,7 @@ const METRICS: &[&str] = &[
     "granary_worker_active_leases",
     "granary_worker_cores",
     "granary_worker_compute_threads",
+    "granary_worker_read_depth",
     "granary_worker_cpu_seconds_total",
     "granary_worker_cache_read_bytes_total",
     "granary_worker_cache_written_bytes_total",

@@ -345,6 +345,7 @@ impl Agent {
     fn metrics(&self, sampler: &mut Sampler) -> WorkerMetrics {
         let stages: Vec<_> = self.producers().values().map(|p| p.stage_source()).collect();
         let compute_threads = stages.iter().map(|s| s.times.threads() as u64).sum();
+        let read_depth = self.producers().values().map(|p| p.read_depth() as u64).sum();
         let taken = self.queues.taken();
         let totals = Totals {
             elements: self.counters.elements.load(Ordering::Relaxed),
@@ -375,6 +376,7 @@ impl Agent {
                 cpu_seconds: sampler.cpu_seconds(),
                 stages: sampler.stage_totals().to_vec(),
                 compute_threads,
+                read_depth,
                 ..totals
             };
             exposition.observe(&totals, &sample);

@@ -40,6 +40,8 @@ pub struct Totals {
     pub stages: Vec<StageTotal>,
     /// Compute threads the running engines run now, all together.
     pub compute_threads: u64,
+    /// Reads the running engines' `format: files` sources keep in flight now, all together.
+    pub read_depth: u64,
 }
 
 /// The worker's metrics in a registry of their own.
@@ -65,6 +67,7 @@ pub struct Exposition {
     leases: GaugeVec,
     cores: GaugeVec,
     compute_threads: GaugeVec,
+    read_depth: GaugeVec,
     split_seconds: HistogramVec,
 }
 
@@ -174,6 +177,11 @@ impl Exposition {
                 "Compute threads the worker's engines run now (more than its cores while tuning adds \
                  threads for a Python stage that waits).",
             )?,
+            read_depth: gauge(
+                "granary_worker_read_depth",
+                "Reads the worker's format: files sources keep in flight now, tuned to the store's \
+                 latency (0 without such a source).",
+            )?,
             split_seconds,
             registry,
         })
@@ -229,6 +237,7 @@ impl Exposition {
         self.leases.with_label_values(&labels).set(f64::from(sample.active_leases));
         self.cores.with_label_values(&labels).set(f64::from(sample.cores));
         self.compute_threads.with_label_values(&labels).set(totals.compute_threads as f64);
+        self.read_depth.with_label_values(&labels).set(totals.read_depth as f64);
     }
 }
 
@@ -272,6 +281,7 @@ mod tests {
             cpu_seconds: 2.5,
             stages,
             compute_threads: 7,
+            read_depth: 64,
             ..Totals::default()
         };
         e.observe(&later, &sample);
@@ -288,6 +298,7 @@ mod tests {
             format!("granary_worker_active_leases{{{l}}} 2"),
             format!("granary_worker_cores{{{l}}} 4"),
             format!("granary_worker_compute_threads{{{l}}} 7"),
+            format!("granary_worker_read_depth{{{l}}} 64"),
             format!("granary_worker_cpu_seconds_total{{{l}}} 2.5"),
             format!("granary_worker_stage_seconds_total{{{stage}}} 3"),
             format!("granary_worker_stage_elements_total{{{stage}}} 1500"),

@@ -15,6 +15,7 @@ use crate::cache::EngineCache;
 use crate::cache::profile::{Limits, Profiler};
 use crate::engine::{Engine, EngineError, EngineOptions};
 use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
+use crate::source::read_ahead::ReadAhead;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
 use granary_proto::v1::{self as pb, CacheMode, Lease, PipelineInfo};
@@ -67,6 +68,7 @@ struct Opened {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
+    reads: Option<Arc<ReadAhead>>,
     cache: Option<Arc<EngineCache>>,
 }
 
@@ -78,6 +80,8 @@ pub struct Producer {
     splits: usize,
     stages: Vec<String>,
     times: Arc<StageTimes>,
+    /// The source's tuned reads in flight, when it reads one object per sample.
+    reads: Option<Arc<ReadAhead>>,
     /// The engine's legal cache cuts with their entries, and where each split's entry is.
     cache: Option<Arc<EngineCache>>,
     inputs: SharedInputs,
@@ -123,6 +127,7 @@ impl Producer {
                     splits: engine.source().splits().len(),
                     stages: engine.stages().iter().map(|(_, name)| name.to_string()).collect(),
                     times: execution.stage_times(),
+                    reads: engine.source().read_ahead(),
                     cache,
                 };
                 if info_wants_profile {
@@ -157,6 +162,7 @@ impl Producer {
             splits: opened.splits,
             stages: opened.stages,
             times: opened.times,
+            reads: opened.reads,
             cache: opened.cache,
             inputs,
             stop,
@@ -171,6 +177,11 @@ impl Producer {
     /// Splits in the engine's listing.
     pub fn splits(&self) -> usize {
         self.splits
+    }
+
+    /// Reads its `format: files` source keeps in flight now; 0 for other formats.
+    pub fn read_depth(&self) -> usize {
+        self.reads.as_ref().map_or(0, |reads| reads.depth())
     }
 
     /// The engine's stage timers, for the metrics.

@@ -211,7 +211,7 @@ pub struct Source {
     /// The fields readers give elements; `None` for all of them.
     projection: Option<Arc<Projection>>,
     /// Reads in flight for `format: files` splits, tuned as they go.
-    read_ahead: ReadAhead,
+    read_ahead: Arc<ReadAhead>,
 }
 
 /// One listed input.
@@ -242,7 +242,7 @@ impl Source {
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
         let (listed, splits) = Self::list_input(spec, batch_size).await?;
         let inputs = vec![Listed { splits: 0..splits.len(), ..listed }];
-        Ok(Source { inputs, splits, projection: None, read_ahead: ReadAhead::new(true) })
+        Ok(Source { inputs, splits, projection: None, read_ahead: Arc::new(ReadAhead::new(true)) })
     }
 
     /// Lists every input of `spec` (its `source`, or each of its `sources` in order), numbering
@@ -263,7 +263,8 @@ impl Source {
             }));
             inputs.push(Listed { splits: first..splits.len(), ..listed });
         }
-        Ok(Source { inputs, splits, projection: None, read_ahead: ReadAhead::new(spec.optimize) })
+        let read_ahead = Arc::new(ReadAhead::new(spec.optimize));
+        Ok(Source { inputs, splits, projection: None, read_ahead })
     }
 
     async fn list_input(spec: &SourceSpec, batch_size: usize) -> Result<(Listed, Vec<Split>), SourceError> {
@@ -335,9 +336,11 @@ impl Source {
         &self.splits
     }
 
-    /// Reads a `format: files` split keeps in flight now ([`read_ahead`]).
-    pub fn read_depth(&self) -> usize {
-        self.read_ahead.depth()
+    /// The reads in flight of a source with a `format: files` input, tuned as they go
+    /// ([`read_ahead`]); `None` without one (the other formats read a whole object per split).
+    pub fn read_ahead(&self) -> Option<Arc<ReadAhead>> {
+        let files = self.inputs.iter().any(|input| input.format == SourceFormat::Files);
+        files.then(|| Arc::clone(&self.read_ahead))
     }
 
     /// Split ids of each input, in the order of `spec.sources` (one range for a single source).
