@@ -1,10 +1,43 @@
 //! Image normalization: per-channel lookup tables and the one-pass layout conversions.
 //!
 //! Every output value is a table entry, so any two places that build the table from the same
-//! `f32` mean and std produce the same bits.
+//! `f32` mean and std produce the same bits. Where the CPU has the vector units for it, the
+//! values are computed instead of looked up (see [`affine`]), by a formula checked at
+//! construction to give every table entry bit for bit.
 
-/// Per-channel lookup tables: `lut[c][x]` is the `float32` output for value `x` of channel `c`.
-pub type Lut = [[f32; 256]; 3];
+mod affine;
+#[cfg(test)]
+mod bench;
+
+use affine::Affine;
+
+/// Per-channel lookup tables: [`Lut::table`]`(c)[x]` is the `float32` output for value `x` of
+/// channel `c`; with the arithmetic form that reproduces them, when there is one.
+#[derive(Clone)]
+pub struct Lut {
+    tables: [[f32; 256]; 3],
+    /// `Some` when the arithmetic form gives every entry of `tables`, bit for bit.
+    affine: Option<Affine>,
+}
+
+impl std::fmt::Debug for Lut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ends = self.tables.map(|t| [t[0], t[255]]);
+        f.debug_struct("Lut").field("ends", &ends).field("affine", &self.affine.is_some()).finish()
+    }
+}
+
+impl Lut {
+    /// The table of channel `c` (0, 1 or 2).
+    pub fn table(&self, c: usize) -> &[f32; 256] {
+        &self.tables[c % 3]
+    }
+
+    /// The arithmetic form, when it reproduces the tables and this CPU runs it fast.
+    fn arithmetic(&self) -> Option<&Affine> {
+        self.affine.as_ref().filter(|_| affine::available())
+    }
+}
 
 /// Axis order of an image tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,20 +52,37 @@ pub enum Layout {
 /// computed in `f64` and rounded once to `f32`, so that the output is the correctly rounded
 /// value of the formula (a straightforward `f32` computation is within a few ulp of it).
 pub fn lut(mean: [f32; 3], std: [f32; 3]) -> Lut {
-    let mut lut = [[0.0f32; 256]; 3];
-    for (c, table) in lut.iter_mut().enumerate() {
+    let mut tables = [[0.0f32; 256]; 3];
+    for (c, table) in tables.iter_mut().enumerate() {
         let (m, s) = (f64::from(mean[c]), f64::from(std[c]));
         for (x, entry) in table.iter_mut().enumerate() {
             *entry = ((x as f64 / 255.0 - m) / s) as f32;
         }
     }
-    lut
+    let affine = Affine::new(mean, std);
+    let affine = affine.reproduces(&tables).then_some(affine);
+    Lut { tables, affine }
 }
 
 /// Appends the image `src` (`[h, w, 3]` interleaved RGB, rows of `w` pixels) to `out` as
 /// `float32` through `lut`, in `layout`, mirrored left to right when `flip` is set.
 pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: bool, out: &mut Vec<f32>) {
-    let [l0, l1, l2] = lut;
+    if let Some(affine) = lut.arithmetic()
+        && w > 0
+    {
+        let (pixels, _) = src.as_chunks::<3>();
+        let pixels = &pixels[..pixels.len() / w * w];
+        let values = pixels.len() * 3;
+        out.reserve(values);
+        let start = out.len();
+        let spare = &mut out.spare_capacity_mut()[..values];
+        affine.write(pixels, w, flip, layout, spare);
+        // SAFETY: `write` stored a value in each of the `values` slots after `start`, within
+        // the capacity reserved above.
+        unsafe { out.set_len(start + values) };
+        return;
+    }
+    let [l0, l1, l2] = &lut.tables;
     match layout {
         Layout::Hwc => interleaved(
             src,
@@ -77,8 +127,14 @@ pub fn normalize_batch_into(
 /// When `out.len() != src.len()`.
 pub fn normalize_over(src: &[u8], lut: &Lut, layout: Layout, out: &mut [f32]) {
     assert_eq!(out.len(), src.len(), "normalize_over writes one value per byte of the image");
-    let (pixels, _) = src.as_chunks::<3>();
-    let [l0, l1, l2] = lut;
+    let (pixels, rest) = src.as_chunks::<3>();
+    if let Some(affine) = lut.arithmetic()
+        && rest.is_empty()
+        && !pixels.is_empty()
+    {
+        return affine.write(pixels, pixels.len(), false, layout, out);
+    }
+    let [l0, l1, l2] = &lut.tables;
     match layout {
         Layout::Hwc => {
             let (values, _) = out.as_chunks_mut::<3>();
@@ -87,7 +143,8 @@ pub fn normalize_over(src: &[u8], lut: &Lut, layout: Layout, out: &mut [f32]) {
             }
         }
         Layout::Chw => {
-            for (c, (plane, table)) in out.chunks_exact_mut(pixels.len().max(1)).zip(lut).enumerate() {
+            for (c, (plane, table)) in out.chunks_exact_mut(pixels.len().max(1)).zip(&lut.tables).enumerate()
+            {
                 for (v, p) in plane.iter_mut().zip(pixels) {
                     *v = table[usize::from(p[c])];
                 }
@@ -209,6 +266,74 @@ mod tests {
             normalize_over(&src, &table, layout, &mut over);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&over), bits(&appended), "{layout:?}");
+        }
+    }
+
+    /// A `w`-pixel-wide image in which every channel takes every value 0..=255 (then some).
+    fn every_value(h: usize, w: usize) -> Vec<u8> {
+        (0..h * w * 3).map(|i| ((i / 3) * 7 + (i % 3) * 85) as u8).collect()
+    }
+
+    #[test]
+    fn the_arithmetic_form_gives_the_tables_bits() {
+        let imagenet = lut(MEAN, STD);
+        assert!(imagenet.affine.is_some(), "the ImageNet tables have an exact arithmetic form");
+        let (h, w) = (12, 37);
+        let src = every_value(h, w);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let params =
+            [(MEAN, STD), ([0.5; 3], [0.25; 3]), ([0.0; 3], [1.0; 3]), ([0.1, 0.9, 0.33], [0.07, 0.5, 0.91])];
+        for (mean, std) in params {
+            let table = lut(mean, std);
+            let Some(affine) = table.affine else { continue };
+            let tables_only = Lut { affine: None, ..table.clone() };
+            for layout in [Layout::Hwc, Layout::Chw] {
+                for flip in [false, true] {
+                    let (mut fast, mut slow) = (vec![1.0], vec![1.0]);
+                    normalize_into(&src, w, &table, layout, flip, &mut fast);
+                    normalize_into(&src, w, &tables_only, layout, flip, &mut slow);
+                    assert_eq!(bits(&fast), bits(&slow), "{mean:?} {std:?} {layout:?} flip {flip}");
+                    // The kernel itself, whatever this CPU has.
+                    let (pixels, _) = src.as_chunks::<3>();
+                    let mut direct = vec![0.0; src.len()];
+                    affine.write(pixels, w, flip, layout, &mut direct);
+                    assert_eq!(bits(&direct), bits(&slow[1..]), "{layout:?} flip {flip}");
+                }
+                let (mut fast, mut slow) = (vec![0.0; src.len()], vec![0.0; src.len()]);
+                normalize_over(&src, &table, layout, &mut fast);
+                normalize_over(&src, &tables_only, layout, &mut slow);
+                assert_eq!(bits(&fast), bits(&slow), "{layout:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_form_that_misses_one_entry_is_not_used() {
+        let mut table = lut(MEAN, STD);
+        table.tables[1][200] = f32::from_bits(table.tables[1][200].to_bits() + 1);
+        assert!(!Affine::new(MEAN, STD).reproduces(&table.tables));
+        // Random parameters: wherever the form is kept, it is exact (checked by construction).
+        let kept = (0..200)
+            .filter(|i| {
+                let f = |k: u32| ((i * 2654435761u32.wrapping_add(k) as usize) % 1000) as f32 / 1000.0;
+                lut([f(1), f(2), f(3)], [0.05 + f(4), 0.05 + f(5), 0.05 + f(6)]).affine.is_some()
+            })
+            .count();
+        assert!(kept > 150, "the form should fit nearly all parameters, fit {kept} of 200");
+    }
+
+    #[test]
+    fn rows_that_do_not_fill_the_width_are_left_out_either_way() {
+        let table = lut(MEAN, STD);
+        let tables_only = Lut { affine: None, ..table.clone() };
+        let src = every_value(3, 5);
+        let cut = &src[..src.len() - 4];
+        for layout in [Layout::Hwc, Layout::Chw] {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            normalize_into(cut, 5, &table, layout, true, &mut fast);
+            normalize_into(cut, 5, &tables_only, layout, true, &mut slow);
+            assert_eq!(fast.len(), 2 * 5 * 3);
+            assert_eq!(fast, slow);
         }
     }
 
