@@ -97,6 +97,11 @@ fn main() -> ExitCode {
     if let Err(e) = granary_worker::scheduling::serve_without_preempting() {
         tracing::debug!("threads keep the normal scheduling policy: {e}");
     }
+    if matches!(cli.command, Command::Run(_) | Command::Bench(_) | Command::Demo(_) | Command::Worker(_))
+        && granary_worker::allocator::keep_freed_memory()
+    {
+        tracing::debug!("the allocator keeps freed memory for the engine's images");
+    }
     let result = match cli.command {
         Command::Run(args) => commands::run::run(&args),
         Command::Bench(args) => commands::bench::bench(&args),

@@ -8,6 +8,7 @@
 #[cfg(not(target_endian = "little"))]
 compile_error!("granary-worker assumes a little-endian target: batch buffers are little-endian");
 
+pub mod allocator;
 pub mod batch;
 pub mod budget;
 pub mod buffers;
