@@ -11,8 +11,9 @@ mod bench;
 
 use affine::Affine;
 
-/// Per-channel lookup tables: [`Lut::table`]`(c)[x]` is the `float32` output for value `x` of
-/// channel `c`; with the arithmetic form that reproduces them, when there is one.
+/// Per-channel lookup tables (entry `x` of table `c` is the `float32` output for value `x` of
+/// channel `c`), with the arithmetic form that reproduces them, when there is one. Built by
+/// [`lut`].
 #[derive(Clone)]
 pub struct Lut {
     tables: [[f32; 256]; 3],
@@ -28,11 +29,6 @@ impl std::fmt::Debug for Lut {
 }
 
 impl Lut {
-    /// The table of channel `c` (0, 1 or 2).
-    pub fn table(&self, c: usize) -> &[f32; 256] {
-        &self.tables[c % 3]
-    }
-
     /// The arithmetic form, when it reproduces the tables and this CPU runs it fast.
     fn arithmetic(&self) -> Option<&Affine> {
         self.affine.as_ref().filter(|_| affine::available())

@@ -23,7 +23,7 @@ const MMAP_THRESHOLD: libc::c_int = 32 << 20;
 const TRIM_THRESHOLD: libc::c_int = 8 << 20;
 
 /// Whether the user set any of glibc's malloc variables: then the allocator is theirs to tune.
-pub fn user_chose() -> bool {
+fn user_chose() -> bool {
     chosen(|var| std::env::var(var).ok())
 }
 
