@@ -1,7 +1,7 @@
 //! The normalization computed instead of looked up: `x · scale[c] + offset[c]` in `f64`, one
 //! multiply and one add (never fused: Rust does not contract them), rounded once to `f32`.
 //!
-//! Eight values a vector step against one table load each: a table lookup is a load per value
+//! Four values a vector step (AVX2, `f64` lanes) against one table load each: a lookup is a load per value
 //! and does not vectorize, while this converts, multiplies and adds whole vectors. It is used
 //! only where [`Affine::reproduces`] found it equal to every entry of the tables (the `f64`
 //! error, ~1e-16 relative, changes an `f32` rounding only within that of a midpoint; the
@@ -58,7 +58,8 @@ impl Affine {
         Affine { scale, offset }
     }
 
-    /// The value of `x` in channel `c`: the one expression every kernel inlines.
+    /// The value of `x` in channel `c`; `interleaved` computes the same two operations with the
+    /// constants laid out per byte position.
     #[inline(always)]
     fn value(&self, c: usize, x: u8) -> f32 {
         (f64::from(x) * self.scale[c] + self.offset[c]) as f32
@@ -104,14 +105,11 @@ impl Affine {
         }
         match layout {
             Layout::Hwc if !flip => self.interleaved(pixels, out),
+            // Mirrored: pixel by pixel, each row backwards.
             Layout::Hwc => {
                 let (values, _) = out.as_chunks_mut::<3>();
                 for (row, values) in pixels.chunks_exact(w).zip(values.chunks_exact_mut(w)) {
-                    if flip {
-                        row.iter().rev().zip(values).for_each(|(p, v)| self.pixel(p, v));
-                    } else {
-                        row.iter().zip(values).for_each(|(p, v)| self.pixel(p, v));
-                    }
+                    row.iter().rev().zip(values).for_each(|(p, v)| self.pixel(p, v));
                 }
             }
             Layout::Chw => {
