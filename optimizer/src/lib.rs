@@ -14,6 +14,10 @@
 //! - **Projection pushdown** ([`projection`]): when a `table.select` or `text.pack` bounds the
 //!   fields that reach the batch, the JSONL, Parquet and CSV readers read only the fields the
 //!   stages use (`source.fields`).
+//! - **Shuffle first** ([`Rewrite::ShuffleFirst`]): when every stage gives one element for each
+//!   it takes (no filter, no packing, no skipped errors) and none hands elements to a Python
+//!   process, the executor shuffles each split as it reads it instead of after the stages, with
+//!   the same draws, so the batches are the same bytes.
 //!
 //! Fusion of image stages into one decode pass is the executor's (the worker's image path); the
 //! plan it runs is this one, so reordering lets more pipelines take it.
@@ -68,7 +72,15 @@ pub enum Rewrite {
         /// The fields read.
         fields: Vec<String>,
     },
+    /// Each split is shuffled as it is read, before the stages, rather than after them.
+    ShuffleFirst,
 }
+
+/// Why shuffling before the stages gives the same batches: the rule [`Rewrite::ShuffleFirst`]
+/// states.
+pub const SHUFFLE_FIRST_RULE: &str = "the shuffle buffer's draws depend only on positions, every \
+     stage gives one element for each it takes, and each element draws its augmentations from \
+     the stream of its position in the split, whenever it is computed";
 
 /// One stage of the plan.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,10 +182,24 @@ pub fn optimize(spec: &InputPipelineSpec) -> Plan {
             }
         }
     }
+    if spec.shuffle.is_some()
+        && granary_crds::validate::spec_counts_known(spec)
+        && !effects.iter().any(|e| e.crosses)
+    {
+        plan.rewrites.push(Rewrite::ShuffleFirst);
+    }
     plan
 }
 
 impl Plan {
+    /// Whether each split is shuffled as it is read, before the stages ([`Rewrite::ShuffleFirst`]):
+    /// the stages then compute elements in the order they are batched, each image going into its
+    /// batch while it is still in the caches, and the shuffle buffer holds encoded elements, not
+    /// decoded ones.
+    pub fn shuffles_first(&self) -> bool {
+        self.rewrites.contains(&Rewrite::ShuffleFirst)
+    }
+
     /// `spec` with the plan's stages and source fields: what the executor and the cache run on.
     pub fn apply(&self, spec: &InputPipelineSpec) -> InputPipelineSpec {
         let mut out = spec.clone();
@@ -233,6 +259,9 @@ impl Plan {
                         fields.join(", ")
                     )
                 }
+                Rewrite::ShuffleFirst => {
+                    format!("each split is shuffled as it is read, before the stages (exact: {SHUFFLE_FIRST_RULE})")
+                }
             })
             .collect()
     }
@@ -276,6 +305,19 @@ impl Plan {
                     let _ = writeln!(out, "rewrite {}: the source reads only {}", n + 1, fields.join(", "));
                     out.push_str("  equivalence: exact (no stage and no batch field uses the others)\n");
                     out.push_str("  gain (modelled): the other fields are neither read nor decoded\n");
+                }
+                Rewrite::ShuffleFirst => {
+                    let _ = writeln!(
+                        out,
+                        "rewrite {}: each split is shuffled as it is read, before the stages",
+                        n + 1
+                    );
+                    let _ = writeln!(out, "  equivalence: exact ({SHUFFLE_FIRST_RULE})");
+                    out.push_str(
+                        "  gain (modelled): elements are computed in the order they are batched, so each goes \
+                         into its batch from the caches, and the shuffle buffer holds encoded elements instead \
+                         of computed ones\n",
+                    );
                 }
             }
         }

@@ -207,3 +207,36 @@ fn explain_names_each_move_with_its_rule_and_the_fields_read() {
     assert!(text.contains("equivalence: exact"), "{text}");
     assert!(text.contains("source reads: body, title"), "{text}");
 }
+
+/// `spec` with `extra` lines (`shuffle`, `errors`) added to its spec.
+fn with(spec_yaml: &str, extra: &str) -> InputPipelineSpec {
+    let yaml = format!(
+        "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: t}}\nspec:\n  source: \
+         {{url: 'file:///data/', format: jsonl}}\n  batch: {{size: 4}}\n{extra}  stages:\n{spec_yaml}"
+    );
+    match parse_manifest(&yaml, Path::new("/"), &[]) {
+        Ok(m) => m.pipeline.spec,
+        Err(e) => panic!("{e}\n{yaml}"),
+    }
+}
+
+#[test]
+fn a_shuffle_moves_before_the_stages_only_when_each_gives_one_element_in_process() {
+    let shuffle = "  shuffle: {buffer: 64}\n";
+    let maps = "  - {op: table.cast, columns: {label: float32}}\n";
+    assert!(optimize(&with(maps, shuffle)).shuffles_first());
+    assert!(optimize(&with(maps, shuffle)).explain(&with(maps, shuffle)).contains("shuffled as it is read"));
+    // Nothing to move without a shuffle, or with the optimizer off.
+    assert!(!optimize(&with(maps, "")).shuffles_first());
+    let mut off = with(maps, shuffle);
+    off.optimize = false;
+    assert!(!optimize(&off).shuffles_first());
+    // A filter, a skipped error or packing makes a split's count depend on its elements; a
+    // Python stage takes elements in blocks of consecutive ones.
+    let filter = "  - {op: filter, predicate: text.length, field: title, unit: chars, max: 4}\n";
+    assert!(!optimize(&with(&format!("{maps}{filter}"), shuffle)).shuffles_first());
+    let skip = format!("{shuffle}  errors: {{policy: skip}}\n");
+    assert!(!optimize(&with(maps, &skip)).shuffles_first());
+    let python = "  - {op: python.map, function: 'm:f', reads: [label], writes: [label]}\n";
+    assert!(!optimize(&with(&format!("{maps}{python}"), shuffle)).shuffles_first());
+}

@@ -246,6 +246,7 @@ impl Engine {
                 .zip(spec.batch.pad.as_ref())
                 .map(|(b, p)| Arc::new(crate::batch::Bucketing::from_spec(b, p))),
             shuffle_buffer: spec.shuffle.as_ref().map_or(0, |s| s.buffer as usize),
+            shuffle_first: optimized.shuffles_first(),
             spec_stages: configs.len(),
             cache: None,
             skip_errors: spec.skips_elements(),

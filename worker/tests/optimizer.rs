@@ -5,6 +5,7 @@
 mod support;
 
 use bytes::Bytes;
+use granary_optimizer::Rewrite;
 use granary_worker::store::memory_store;
 use granary_worker::{Batch, Engine, EngineOptions};
 use object_store::ObjectStoreExt;
@@ -146,6 +147,68 @@ proptest! {
         let (on, off) = (rows(&on), rows(&off));
         prop_assert_eq!(on.len(), 20);
         prop_assert_eq!(on, off);
+    }
+}
+
+/// Every batch in order: its epoch, keys and tensors (name, shape, element type, bytes).
+fn sequence(batches: &[Batch]) -> Vec<(u32, Vec<String>, Row)> {
+    batches
+        .iter()
+        .map(|b| {
+            let tensors = b
+                .tensors
+                .iter()
+                .map(|t| (t.name.clone(), t.shape.clone(), format!("{:?}", t.dtype), t.data.clone()));
+            (b.epoch, b.keys.clone(), tensors.collect())
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, .. ProptestConfig::default() })]
+
+    /// Shuffle first: the reader shuffles each split before the stages with the assembler's
+    /// draws, so the batches are the same bytes in the same order, for a buffer smaller or larger
+    /// than a split, random stages included.
+    #[test]
+    fn shuffling_before_the_stages_gives_the_same_batches_in_order(
+        seed in 0u64..1000,
+        buffer in 1u32..12,
+        per_split in 1usize..10,
+    ) {
+        let name = store_name("opt-shuffle-images");
+        support::dataset(&name, 20);
+        let yaml = format!(
+            "apiVersion: granary.dev/v1alpha1\nkind: InputPipeline\nmetadata: {{name: opt}}\nspec:\n  source: \
+             {{url: 'memory://{name}/data/train/', format: files, labels: ../labels.jsonl, filesPerSplit: {per_split}}}\n  \
+             batch: {{size: 3}}\n  seed: {seed}\n  epochs: 2\n  shuffle: {{buffer: {buffer}}}\n  stages:\n  \
+             - {{op: image.decode}}\n  - {{op: image.random_resized_crop, size: 12}}\n  - {{op: image.flip}}\n  \
+             - {{op: image.normalize, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}\n"
+        );
+        let (on, engine) = run(&yaml, true);
+        let (off, _) = run(&yaml, false);
+        prop_assert_eq!(&engine.optimized().rewrites, &vec![Rewrite::ShuffleFirst]);
+        prop_assert_eq!(on.iter().map(Batch::len).sum::<usize>(), 40);
+        prop_assert_eq!(sequence(&on), sequence(&off));
+    }
+
+    /// The same for a streamed source (JSONL lines), where the reader holds the lines it has not
+    /// handed on yet.
+    #[test]
+    fn shuffling_lines_before_the_stages_gives_the_same_batches_in_order(
+        seed in 0u64..1000,
+        buffer in 1u32..30,
+        files in 1usize..4,
+    ) {
+        let name = store_name("opt-shuffle-text");
+        jsonl(&name, 40, files, 12, seed);
+        let stages = "  - {op: table.cast, columns: {label: float32}}\n  - {op: table.select, columns: [label]}\n";
+        let yaml = text_manifest(&name, stages, seed, buffer);
+        let (on, engine) = run(&yaml, true);
+        let (off, _) = run(&yaml, false);
+        prop_assert!(engine.optimized().shuffles_first(), "{:?}", engine.optimized().rewrites);
+        prop_assert_eq!(on.iter().map(Batch::len).sum::<usize>(), 80);
+        prop_assert_eq!(sequence(&on), sequence(&off));
     }
 }
 

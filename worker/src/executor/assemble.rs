@@ -4,13 +4,13 @@
 //! elements are packed here, in order, and its rows are what is shuffled, batched and counted.
 
 use super::pack::SplitPack;
+use super::shuffle::ShuffleBuffer;
 use super::{CacheUse, Done, ExecError, Output, Plan, Skips, StageTimes, Task};
 use crate::batch::{Batch, BatchOrigin, Batcher};
 use crate::budget::Budget;
 use crate::cache::write::WriteThread;
 use crate::cache::{CacheOutcome, ReadReport};
 use crate::element::Element;
-use crate::seed::{SeededRng, Stream};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use tokio::runtime::Handle;
 struct SplitState {
     task: Task,
     split_id: u64,
-    rng: Option<SeededRng>,
-    buffer: Vec<Element>,
+    /// The shuffle buffer, unless the plan keeps the order or the reader shuffled the split.
+    shuffle: Option<ShuffleBuffer<Element>>,
     batcher: Batcher,
     sequence: u64,
     /// Elements the split produced so far (those filters kept).
@@ -43,13 +43,11 @@ type Out<'a> = &'a Sender<Result<Output, ExecError>>;
 impl SplitState {
     fn new(plan: &Plan, task: Task, split_id: u64, writer: &mut Writer<'_>) -> SplitState {
         let writing = writer.begin(plan, task, split_id);
-        let rng = (plan.shuffle_buffer > 0)
-            .then(|| SeededRng::new(plan.seed, Stream::Shuffle, &[u64::from(task.epoch), split_id]));
+        let shuffle = if plan.shuffles_first(task) { None } else { ShuffleBuffer::new(plan, task, split_id) };
         SplitState {
             task,
             split_id,
-            rng,
-            buffer: Vec::with_capacity(plan.shuffle_buffer.min(1 << 16)),
+            shuffle,
             batcher: Batcher::new(plan.batch_size, plan.padding.clone(), plan.bucketing.clone()),
             sequence: 0,
             elements: 0,
@@ -72,18 +70,18 @@ impl SplitState {
         times: &StageTimes,
     ) -> Result<bool, ExecError> {
         let Some(pack) = self.pack.as_mut() else {
-            return self.push(plan, element, out, budget);
+            return self.push(element, out, budget);
         };
         pack.push(plan, self.task, self.split_id, &element, times, &mut self.rows)?;
         drop(element);
-        self.take_rows(plan, out, budget)
+        self.take_rows(out, budget)
     }
 
     /// Takes in the rows the packing made; false when the consumer is gone.
-    fn take_rows(&mut self, plan: &Plan, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
+    fn take_rows(&mut self, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
         let mut rows = std::mem::take(&mut self.rows);
         for row in rows.drain(..) {
-            if !self.push(plan, row, out, budget)? {
+            if !self.push(row, out, budget)? {
                 return Ok(false);
             }
         }
@@ -92,24 +90,16 @@ impl SplitState {
     }
 
     /// Takes one element in; false when the consumer is gone.
-    fn push(
-        &mut self,
-        plan: &Plan,
-        element: Element,
-        out: Out<'_>,
-        budget: &Arc<Budget>,
-    ) -> Result<bool, ExecError> {
+    fn push(&mut self, element: Element, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
         self.elements += 1;
-        let Some(rng) = self.rng.as_mut() else {
-            return self.add(element, out, budget);
+        let chosen = match self.shuffle.as_mut() {
+            Some(shuffle) => shuffle.push(element),
+            None => Some(element),
         };
-        self.buffer.push(element);
-        if self.buffer.len() > plan.shuffle_buffer {
-            let i = rng.below(self.buffer.len() as u64) as usize;
-            let chosen = self.buffer.swap_remove(i);
-            return self.add(chosen, out, budget);
+        match chosen {
+            Some(element) => self.add(element, out, budget),
+            None => Ok(true),
         }
-        Ok(true)
     }
 
     fn add(&mut self, element: Element, out: Out<'_>, budget: &Arc<Budget>) -> Result<bool, ExecError> {
@@ -139,14 +129,12 @@ impl SplitState {
     ) -> Result<bool, ExecError> {
         if let Some(pack) = self.pack.take() {
             pack.finish(plan, self.task, self.split_id, times, &mut self.rows)?;
-            if !self.take_rows(plan, out, budget)? {
+            if !self.take_rows(out, budget)? {
                 return Ok(false);
             }
         }
-        if let Some(mut rng) = self.rng.take() {
-            while !self.buffer.is_empty() {
-                let i = rng.below(self.buffer.len() as u64) as usize;
-                let chosen = self.buffer.swap_remove(i);
+        if let Some(mut shuffle) = self.shuffle.take() {
+            while let Some(chosen) = shuffle.drain() {
                 if !self.add(chosen, out, budget)? {
                     return Ok(false);
                 }

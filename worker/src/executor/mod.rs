@@ -8,6 +8,10 @@
 //!   its own seeded random stream (a tuner may add more while they raise the rate: [`tune`]);
 //! - the assembler restores task order, shuffles within each split, and stacks batches.
 //!
+//! When the plan shuffles first ([`Plan::shuffles_first`]), the reader shuffles a split as it
+//! reads it, with the same buffer and draws, and the assembler keeps the order it restores: the
+//! batches are the same, but each element is computed just before its batch takes it.
+//!
 //! Because randomness is per element and order is restored before shuffling, the output is the
 //! same for any thread count, and a split re-run yields the same batches.
 //!
@@ -31,6 +35,7 @@ mod assemble;
 mod cached;
 mod group;
 mod pack;
+mod shuffle;
 mod tune;
 
 use crate::batch::{Batch, BatchError, Finish};
@@ -39,8 +44,9 @@ use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
 use crate::element::Element;
 use crate::ops::{Fate, Operator};
 use crate::seed::SeededRng;
-use crate::source::{Source, SourceError};
+use crate::source::{Source, SourceError, Split, SplitKind};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use shuffle::ShuffleBuffer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -73,6 +79,9 @@ pub struct Plan {
     pub bucketing: Option<Arc<crate::batch::Bucketing>>,
     /// Shuffle buffer size within a split; 0 keeps the order.
     pub shuffle_buffer: usize,
+    /// The optimizer's [`granary_optimizer::Rewrite::ShuffleFirst`]: the reader shuffles each
+    /// split it computes from the source as it reads it, and the assembler keeps that order.
+    pub shuffle_first: bool,
     /// Stages of `spec.stages` that `stages` implement (a final normalization left to the
     /// consumer is not among them).
     pub spec_stages: usize,
@@ -92,6 +101,18 @@ impl Plan {
             return Some(self.batch_size.max(1));
         }
         stages.iter().any(|s| s.op.gathers()).then_some(GATHER)
+    }
+
+    /// Whether the reader shuffles `task`'s split as it reads it (see [`Plan::shuffle_first`]):
+    /// for a task that computes every stage from the source, one element at a time. A task that
+    /// writes or reads the cache keeps the elements in the entry's order, and groups are blocks
+    /// of consecutive elements, so those shuffle after the stages, as every plan did before.
+    pub fn shuffles_first(&self, task: Task) -> bool {
+        self.shuffle_first
+            && self.shuffle_buffer > 0
+            && task.cache == CacheUse::Compute
+            && self.group_size().is_none()
+            && self.element_stages() == self.stages.len()
     }
 
     /// The stages compute threads run on each element: those before `text.pack`, which the
@@ -625,14 +646,52 @@ fn read(
         // Elements before `from` came from the cache; the source supplies the rest.
         let (from, mut read) = cached::read(plan, task, split_id, rt, &mut send);
         let mut index = 0u64;
-        let result = match from {
-            Some(from) => source.read_split(split, rt, &mut |element| {
+        // Shuffled as read, so the compute threads take the elements in the order the batches
+        // do: files are read in that order (their count is known), other splits pass through
+        // the buffer before any stage.
+        let first = plan.shuffles_first(task);
+        let reordered = match &split.kind {
+            SplitKind::Files(samples) if first => {
+                ShuffleBuffer::<u64>::new(plan, task, split_id).map(|buffer| {
+                    let order = buffer.order(samples.len() as u64);
+                    let samples = order.iter().filter_map(|&i| samples.get(i as usize).cloned()).collect();
+                    (order, Split { kind: SplitKind::Files(samples), ..split.clone() })
+                })
+            }
+            _ => None,
+        };
+        let mut shuffle: Option<ShuffleBuffer<(u64, Element)>> =
+            if first && reordered.is_none() { ShuffleBuffer::new(plan, task, split_id) } else { None };
+        let result = match (from, &reordered) {
+            (Some(_), Some((order, files))) => source.read_split(files, rt, &mut |element| {
+                let read = index as usize;
+                index += 1;
+                order.get(read).is_some_and(|&i| send(i, 0, element))
+            }),
+            (Some(from), None) => source.read_split(split, rt, &mut |element| {
                 let i = index;
                 index += 1;
-                i < from || send(i, 0, element)
+                if i < from {
+                    return true;
+                }
+                match shuffle.as_mut() {
+                    Some(shuffle) => {
+                        shuffle.push((i, element)).is_none_or(|(i, element)| send(i, 0, element))
+                    }
+                    None => send(i, 0, element),
+                }
             }),
-            None => Ok(()),
+            (None, _) => Ok(()),
         };
+        if result.is_ok()
+            && let Some(shuffle) = shuffle.as_mut()
+        {
+            while let Some((i, element)) = shuffle.drain() {
+                if !send(i, 0, element) {
+                    break;
+                }
+            }
+        }
         if stopped {
             return;
         }
