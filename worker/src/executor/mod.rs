@@ -662,11 +662,18 @@ fn read(
         };
         let mut shuffle: Option<ShuffleBuffer<(u64, Element)>> =
             if first && reordered.is_none() { ShuffleBuffer::new(plan, task, split_id) } else { None };
+        // A files split gives one element per file; a reader that gave more would have no
+        // position to put them in.
+        let mut overflow = false;
         let result = match (from, &reordered) {
             (Some(_), Some((order, files))) => source.read_split(files, rt, &mut |element| {
                 let read = index as usize;
                 index += 1;
-                order.get(read).is_some_and(|&i| send(i, 0, element))
+                let Some(&i) = order.get(read) else {
+                    overflow = true;
+                    return false;
+                };
+                send(i, 0, element)
             }),
             (Some(from), None) => source.read_split(split, rt, &mut |element| {
                 let i = index;
@@ -693,6 +700,14 @@ fn read(
             }
         }
         if stopped {
+            return;
+        }
+        if overflow {
+            let error = ExecError::Internal(format!(
+                "split {split_id} gave more elements than the {} files it lists",
+                reordered.as_ref().map_or(0, |(order, _)| order.len())
+            ));
+            let _ = done.send(Done::Failed { seq, error });
             return;
         }
         if !members.is_empty() && work.send(Work::Group { task, split_id, members }).is_err() {
