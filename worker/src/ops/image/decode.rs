@@ -111,6 +111,18 @@ pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
         let decoder = PngDecoder::with_limits(Cursor::new(bytes), limits()).map_err(|e| refused("PNG", e))?;
         finish(decoder, "PNG")
     } else if is_webp(bytes) {
+        // The RIFF header gives the file's length. A lossless stream cut short decodes on as if
+        // the rest were zero bits, however large the header says the image is (a 100-byte file
+        // that says 13856×8192 took seconds and a gigabyte); libwebp, and so PIL, refuse it.
+        let riff = bytes.get(4..8).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let whole = usize::try_from(riff).map_or(usize::MAX, |n| n.saturating_add(8));
+        if bytes.len() < whole {
+            return Err(format!(
+                "is a WebP cut short: its header says {whole} bytes, but it has {}; the file is \
+                 truncated (re-fetch or drop it)",
+                bytes.len()
+            ));
+        }
         let decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(|e| refused("WebP", e))?;
         finish(decoder, "WebP")
     } else if bytes.is_empty() {
@@ -263,7 +275,7 @@ mod tests {
         assert!(err.0.contains("corrupt or unsupported JPEG"), "{err}");
         let err = run([PNG_MAGIC, b"garbage garbage garbage"].concat()).unwrap_err();
         assert!(err.0.contains("corrupt or unsupported PNG"), "{err}");
-        let err = run(b"RIFF\x10\0\0\0WEBPVP8 garbage".to_vec()).unwrap_err();
+        let err = run(b"RIFF\x0f\0\0\0WEBPVP8 garbage".to_vec()).unwrap_err();
         assert!(err.0.contains("corrupt or unsupported WebP"), "{err}");
 
         // Truncated files: never a panic; PNG must fail, JPEG may decode what it has.
@@ -279,6 +291,20 @@ mod tests {
         let mut out = Vec::new();
         WebPEncoder::new_lossless(&mut out).write_image(data, w, h, color).unwrap();
         out
+    }
+
+    #[test]
+    fn a_webp_shorter_than_its_header_says_is_refused_before_decoding() {
+        let whole = webp_lossless(&pattern(6, 5), 5, 6, ExtendedColorType::Rgb8);
+        assert!(decode_rgb8(&whole).is_ok());
+        for cut in [whole.len() - 1, 20] {
+            let err = decode_rgb8(&whole[..cut]).unwrap_err();
+            assert!(err.contains("WebP cut short") && err.contains(&format!("it has {cut}")), "{err}");
+        }
+        // Bytes after the RIFF chunk are left alone, as libwebp does.
+        let mut longer = whole.clone();
+        longer.extend_from_slice(b"trailing");
+        assert!(decode_rgb8(&longer).is_ok());
     }
 
     #[test]
