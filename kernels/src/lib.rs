@@ -9,3 +9,6 @@
 
 pub mod mirror;
 pub mod normalize;
+
+#[cfg(test)]
+mod benchmark;
