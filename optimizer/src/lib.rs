@@ -193,9 +193,8 @@ pub fn optimize(spec: &InputPipelineSpec) -> Plan {
 
 impl Plan {
     /// Whether each split is shuffled as it is read, before the stages ([`Rewrite::ShuffleFirst`]):
-    /// the stages then compute elements in the order they are batched, each image going into its
-    /// batch while it is still in the caches, and the shuffle buffer holds encoded elements, not
-    /// decoded ones.
+    /// the stages then compute elements in the order they are batched, so a batch waits for its
+    /// own elements only, and the shuffle buffer holds elements as read, not computed ones.
     pub fn shuffles_first(&self) -> bool {
         self.rewrites.contains(&Rewrite::ShuffleFirst)
     }
@@ -314,9 +313,9 @@ impl Plan {
                     );
                     let _ = writeln!(out, "  equivalence: exact ({SHUFFLE_FIRST_RULE})");
                     out.push_str(
-                        "  gain (modelled): elements are computed in the order they are batched, so each goes \
-                         into its batch from the caches, and the shuffle buffer holds encoded elements instead \
-                         of computed ones\n",
+                        "  gain (modelled): elements are computed in the order they are batched, so a batch \
+                         waits for its own elements only, and the shuffle buffer holds elements as read, not \
+                         computed ones\n",
                     );
                 }
             }
