@@ -14,8 +14,8 @@
 //!
 //! The throughput ratio is the acceptance criterion, not a measure of code speed: it
 //! checks that the servers neither stall nor starve the trainer while they refuse and bound the
-//! bogus load. Cores stand for hosts: the worker has core 0 to itself, and the dispatcher, the
-//! trainer and the bogus clients share the rest (on a machine with one core, all share it). So
+//! bogus load. Cores stand for hosts: the worker has the first allowed core to itself, and the
+//! dispatcher, the trainer and the bogus clients share the rest (with one core, all share it). So
 //! the bogus load still reaches the worker's process (its connections, streams and service
 //! threads run on the worker's core), but the attackers' own CPU, which in a deployment is on
 //! other machines, does not come out of the worker's. With every process free to run anywhere,
@@ -92,32 +92,40 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1 << 20)
 }
 
-/// The cores a thread may run on, as a mask for `sched_setaffinity`.
-fn cpu_set(cores: std::ops::Range<usize>) -> libc::cpu_set_t {
-    // SAFETY: an all-zero `cpu_set_t` is the empty set, and CPU_SET writes within it for any
-    // core under CPU_SETSIZE (larger ones are skipped).
+/// The cores this thread may run on (its affinity, which a container's cpuset narrows), in
+/// order; empty when it cannot be read.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: an all-zero `cpu_set_t` is the empty set; `sched_getaffinity` writes at most its
+    // size into it, and CPU_ISSET reads within it for cores under CPU_SETSIZE.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for core in cores.filter(|&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(core, &mut set);
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) != 0 {
+            return Vec::new();
         }
-        set
+        (0..libc::CPU_SETSIZE as usize).filter(|&core| libc::CPU_ISSET(core, &set)).collect()
     }
 }
 
 /// Keeps thread `tid` (0: the calling thread) on `cores`; false when the kernel refused.
-fn pin(tid: i32, cores: std::ops::Range<usize>) -> bool {
-    let set = cpu_set(cores);
-    // SAFETY: `set` outlives the call, which only reads it.
-    unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) == 0 }
+fn pin(tid: i32, cores: &[usize]) -> bool {
+    // SAFETY: as in `allowed_cores`; `set` outlives the call, which only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &core in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(core, &mut set);
+        }
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) == 0
+    }
 }
 
-/// Keeps every thread process `pid` has now on `cores` (threads they start later inherit it).
-fn pin_process(pid: u32, cores: std::ops::Range<usize>) {
+/// Keeps every thread process `pid` has now on `cores` (threads they start later inherit it);
+/// false when the kernel refused one.
+fn pin_process(pid: u32, cores: &[usize]) -> bool {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
-    for tid in tasks.filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok()) {
-        pin(tid, cores.clone());
-    }
+    let tids: Vec<i32> = tasks.filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
+    // Every thread is tried, refused or not.
+    let refused = tids.iter().filter(|&&tid| !pin(tid, cores)).count();
+    !tids.is_empty() && refused == 0
 }
 
 /// Reads the trainer's batches for `window`; returns the elements per second over it.
@@ -276,31 +284,36 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
     // 64 images in splits of 8, batches of 8, epochs enough to read through the whole test
     // (about 2 minutes at up to 5,000 elements a second).
     let data = dataset(64, BATCH as u32, 8, 10_000);
-    // Cores stand for hosts, as in a deployment: the worker (one compute thread) has core 0 to
-    // itself; the dispatcher, the trainer and the bogus clients (this thread's runtime) share
-    // the others. So the attackers' own CPU, which would be on other machines, and the
-    // dispatcher's do not come out of the worker's, while every request still reaches the
-    // worker's process and the trainer's path through the dispatcher.
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let hosts = cores >= 2 && pin(0, 1..cores);
+    // Cores stand for hosts, as in a deployment: the worker (one compute thread) has the first
+    // core this test may use to itself; the dispatcher, the trainer and the bogus clients (this
+    // thread's runtime) share the others. So the attackers' own CPU, which would be on other
+    // machines, and the dispatcher's do not come out of the worker's, while every request
+    // still reaches the worker's process and the trainer's path through the dispatcher.
+    let cores = allowed_cores();
+    let (worker_core, rest) =
+        cores.split_first().map_or((&[][..], &[][..]), |(first, rest)| (std::slice::from_ref(first), rest));
+    let mut hosts = !rest.is_empty() && pin(0, rest);
     let d = start_dispatcher(&data.manifest, "127.0.0.1:0", &data.dir.path().join("journal"));
     let worker = start_worker(&d.address);
-    if hosts {
-        pin_process(worker.child.id(), 0..1);
-    }
+    hosts = hosts && pin_process(worker.child.id(), worker_core);
     let mut trainer = start_consumer(&d.address, &[]);
     trainer.collect(WARMUP, Duration::from_secs(60));
     assert_eq!(trainer.seen.len(), WARMUP, "the trainer reads");
-    if hosts {
-        // Threads the worker started before the first pin ran on the other cores.
-        pin_process(worker.child.id(), 0..1);
+    // Threads the worker started before the first pin ran on the other cores.
+    hosts = hosts && pin_process(worker.child.id(), worker_core);
+    if !hosts && !cores.is_empty() {
+        // Placed in part or not at all: every process may run anywhere again.
+        pin(0, &cores);
+        for pid in [d.proc.child.id(), worker.child.id(), trainer.proc.child.id()] {
+            pin_process(pid, &cores);
+        }
     }
     println!(
         "placement: {}",
         if hosts {
-            "worker on core 0; dispatcher, trainer, bogus clients on the rest"
+            format!("worker on core {worker_core:?}; dispatcher, trainer, bogus clients on {rest:?}")
         } else {
-            "all on one core"
+            format!("every process on any of cores {cores:?}")
         }
     );
     // Where the machine's CPU goes, by process, quiet and under attack.
