@@ -44,7 +44,7 @@ use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
 use crate::element::Element;
 use crate::ops::{Fate, Operator};
 use crate::seed::SeededRng;
-use crate::source::{Source, SourceError, Split, SplitKind};
+use crate::source::{Source, SourceError};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use shuffle::ShuffleBuffer;
 use std::sync::Arc;
@@ -648,18 +648,10 @@ fn read(
         let mut index = 0u64;
         // Shuffled as read, so the compute threads take the elements in the order the batches
         // do: files are read in that order (their count is known), other splits pass through
-        // the buffer before any stage.
+        // the buffer before any stage. Such a task computes from the source: `from` is 0.
         let first = plan.shuffles_first(task);
-        let reordered = match &split.kind {
-            SplitKind::Files(samples) if first => {
-                ShuffleBuffer::<u64>::new(plan, task, split_id).map(|buffer| {
-                    let order = buffer.order(samples.len() as u64);
-                    let samples = order.iter().filter_map(|&i| samples.get(i as usize).cloned()).collect();
-                    (order, Split { kind: SplitKind::Files(samples), ..split.clone() })
-                })
-            }
-            _ => None,
-        };
+        let reordered =
+            first.then(|| shuffle::files_in_shuffled_order(plan, task, split_id, split)).flatten();
         let mut shuffle: Option<ShuffleBuffer<(u64, Element)>> =
             if first && reordered.is_none() { ShuffleBuffer::new(plan, task, split_id) } else { None };
         // A files split gives one element per file; a reader that gave more would have no

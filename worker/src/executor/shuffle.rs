@@ -8,6 +8,7 @@
 
 use super::{Plan, Task};
 use crate::seed::{SeededRng, Stream};
+use crate::source::{Split, SplitKind};
 
 /// The shuffle buffer of one split of one epoch.
 pub(super) struct ShuffleBuffer<T> {
@@ -56,6 +57,22 @@ impl ShuffleBuffer<u64> {
         }
         order
     }
+}
+
+/// `split` with its files in the order `task`'s shuffle buffer lets them leave, and that order
+/// (`order[k]` is the position in `split` of the k-th file of the result): a `files` split's
+/// count is known before any file is read, so it can be read shuffled. `None` for other
+/// splits, and when the plan keeps the order.
+pub(super) fn files_in_shuffled_order(
+    plan: &Plan,
+    task: Task,
+    split_id: u64,
+    split: &Split,
+) -> Option<(Vec<u64>, Split)> {
+    let SplitKind::Files(samples) = &split.kind else { return None };
+    let order = ShuffleBuffer::<u64>::new(plan, task, split_id)?.order(samples.len() as u64);
+    let samples = order.iter().filter_map(|&i| samples.get(i as usize).cloned()).collect();
+    Some((order, Split { kind: SplitKind::Files(samples), ..split.clone() }))
 }
 
 #[cfg(test)]
