@@ -304,6 +304,23 @@ mod tests {
     }
 
     #[test]
+    fn the_arithmetic_form_gives_the_tables_bits_at_every_width_remainder() {
+        let table = lut(MEAN, STD);
+        let tables_only = Lut { affine: None, ..table.clone() };
+        for w in 1..=9 {
+            let src = every_value(40, w);
+            for layout in [Layout::Hwc, Layout::Chw] {
+                for flip in [false, true] {
+                    let (mut fast, mut slow) = (Vec::new(), Vec::new());
+                    normalize_into(&src, w, &table, layout, flip, &mut fast);
+                    normalize_into(&src, w, &tables_only, layout, flip, &mut slow);
+                    assert_eq!(fast, slow, "width {w} {layout:?} flip {flip}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_form_that_misses_one_entry_is_not_used() {
         let mut table = lut(MEAN, STD);
         table.tables[1][200] = f32::from_bits(table.tables[1][200].to_bits() + 1);
