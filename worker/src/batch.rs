@@ -13,7 +13,7 @@ pub use self::pad::{Padding, Ragged};
 
 use crate::budget::Permit;
 use crate::element::{Element, Value};
-use crate::tensor::{DType, TensorData};
+use crate::tensor::DType;
 use std::sync::Arc;
 
 /// One stacked tensor of a batch.
@@ -253,8 +253,7 @@ impl BatchBuilder {
         self.keys.len() >= self.capacity
     }
 
-    /// Appends one element's fields. Once copied, their `uint8` buffers go to the element pool
-    /// ([`crate::buffers::give_element`]), where the next images are resized into them.
+    /// Appends one element's fields.
     pub fn push(&mut self, element: Element) -> Result<(), BatchError> {
         let Element { key, fields } = element;
         let length = self.padded_length(&key, &fields)?;
@@ -303,17 +302,14 @@ impl BatchBuilder {
             }
         }
         let padding = self.padding.clone();
-        for ((name, value), slot) in fields.into_iter().zip(&mut self.tensors) {
+        for ((name, value), slot) in fields.iter().zip(&mut self.tensors) {
             if let Value::Tensor(t) = value {
                 slot.data.extend_from_slice(t.as_le_bytes());
                 slot.shape[0] += 1;
-                if padding.as_ref().is_some_and(|p| p.pads(&name))
+                if padding.as_ref().is_some_and(|p| p.pads(name))
                     && let (Some(axis), Some(&len)) = (slot.shape.get_mut(1), t.shape.first())
                 {
                     *axis = (*axis).max(len);
-                }
-                if let TensorData::U8(bytes) = t.data {
-                    crate::buffers::give_element(bytes);
                 }
             }
         }

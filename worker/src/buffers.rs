@@ -1,17 +1,11 @@
-//! Recycled batch buffers, and recycled element buffers.
+//! Recycled batch buffers.
 //!
 //! A float32 ImageNet batch is 77 MB. Allocated fresh for every batch, its pages are mapped
 //! and zeroed by the kernel on first touch, which costs more than copying the pixels into it.
 //! Dropped batches hand their buffers back here and the next batches reuse them, pages
 //! already mapped. The pool is small and bounded, so memory held idle stays within a few
 //! batches.
-//!
-//! An image operator that writes every byte of its output (a fused decode and resize) takes
-//! its element's buffer from a second pool, which the batch builder fills with the buffers of
-//! the elements it has copied: no zero-fill of a fresh allocation, and no allocator round trip
-//! for each image.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// Buffers smaller than this are not worth keeping.
@@ -76,57 +70,6 @@ pub fn give(buffer: Vec<u8>) {
     }
 }
 
-/// Element buffers kept are of at least this many bytes (smaller ones cost little to zero) and
-/// under [`MIN_BYTES`] (larger ones are batch-sized).
-const ELEMENT_MIN_BYTES: usize = 4 << 10;
-/// Most element buffers kept, and most bytes among them: 128 images of 224×224 are 19 MB.
-const MAX_ELEMENTS: usize = 128;
-const MAX_ELEMENT_BYTES: usize = 32 << 20;
-
-/// Spare element buffers, oldest first, and their bytes.
-struct Elements {
-    spare: VecDeque<Vec<u8>>,
-    bytes: usize,
-}
-
-static ELEMENTS: Mutex<Elements> = Mutex::new(Elements { spare: VecDeque::new(), bytes: 0 });
-
-/// Whether an element buffer of `len` bytes is worth keeping.
-fn element_sized(len: usize) -> bool {
-    (ELEMENT_MIN_BYTES..MIN_BYTES).contains(&len)
-}
-
-/// A buffer of exactly `len` bytes for an element its caller overwrites whole: a spare element
-/// buffer of that length when there is one (its old bytes left in place), else zeroed.
-pub fn take_element(len: usize) -> Vec<u8> {
-    if element_sized(len)
-        && let Ok(mut pool) = ELEMENTS.lock()
-        && let Some(i) = pool.spare.iter().rposition(|b| b.len() == len)
-        && let Some(buffer) = pool.spare.swap_remove_back(i)
-    {
-        pool.bytes -= buffer.capacity();
-        return buffer;
-    }
-    vec![0; len]
-}
-
-/// Hands back an element's buffer once its bytes are copied (into a batch); the oldest spare
-/// ones are dropped past the pool's bounds, so it keeps the sizes asked for lately.
-pub fn give_element(buffer: Vec<u8>) {
-    if !element_sized(buffer.len()) {
-        return;
-    }
-    let Ok(mut pool) = ELEMENTS.lock() else { return };
-    pool.bytes += buffer.capacity();
-    pool.spare.push_back(buffer);
-    while pool.spare.len() > MAX_ELEMENTS || pool.bytes > MAX_ELEMENT_BYTES {
-        match pool.spare.pop_front() {
-            Some(old) => pool.bytes -= old.capacity(),
-            None => break,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,35 +115,5 @@ mod tests {
             give(b);
         }
         assert_eq!(take_filled(10), vec![0; 10]);
-    }
-
-    #[test]
-    fn an_element_buffer_comes_back_for_the_same_length_only() {
-        // A length no other test uses, so that the pool's other users cannot take ours.
-        let len = (150 << 10) + 7;
-        let mut a = take_element(len);
-        assert_eq!(a, vec![0; len], "a fresh one is zeroed");
-        a.fill(5);
-        let ptr = a.as_ptr();
-        give_element(a);
-        let b = take_element(len + 1);
-        assert_ne!(b.as_ptr(), ptr, "another length is not served from it");
-        assert_eq!(b.len(), len + 1);
-        let c = take_element(len);
-        assert_eq!((c.as_ptr(), c.len()), (ptr, len), "reused, its bytes kept");
-        // Too small or batch-sized: not kept.
-        give_element(vec![1; 100]);
-        give_element(vec![1; MIN_BYTES]);
-        assert_eq!(take_element(100), vec![0; 100]);
-    }
-
-    #[test]
-    fn the_element_pool_stays_within_its_bounds() {
-        for _ in 0..MAX_ELEMENTS * 2 {
-            give_element(vec![0; 300 << 10]);
-        }
-        let pool = ELEMENTS.lock().unwrap();
-        assert!(pool.spare.len() <= MAX_ELEMENTS && pool.bytes <= MAX_ELEMENT_BYTES);
-        assert_eq!(pool.bytes, pool.spare.iter().map(Vec::capacity).sum::<usize>());
     }
 }

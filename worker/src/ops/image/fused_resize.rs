@@ -310,12 +310,6 @@ impl FusedResizeOp {
     ) -> Result<Tensor, OpError> {
         let flip = self.flip.is_some_and(|p| rng.uniform() < p);
         let (h, w) = (g.out_height, g.out_width);
-        if self.form.is_identity() && !g.padded() {
-            // The resized pixels are the output: resized straight into the element's buffer.
-            let mut out = crate::buffers::take_element(g.rows * g.cols * 3);
-            resize_box(src, crop, g.rows, g.cols, &mut out)?;
-            return Ok(self.form.emit_owned(out, h, w, flip));
-        }
         RESIZED.with(|cell| {
             let mut resized = cell.borrow_mut();
             resize_box(src, crop, g.rows, g.cols, &mut resized)?;

@@ -73,18 +73,6 @@ impl Form {
         Tensor { shape: self.shape(h, w), data }
     }
 
-    /// [`Form::emit`] of pixels the caller owns: in the identity form they become the tensor
-    /// (mirrored in place), with no copy.
-    pub fn emit_owned(&self, mut pixels: Vec<u8>, h: usize, w: usize, flip: bool) -> Tensor {
-        if !self.is_identity() {
-            return self.emit(&pixels, h, w, flip);
-        }
-        if flip {
-            mirror::mirror_in_place(&mut pixels, w);
-        }
-        Tensor { shape: self.shape(h, w), data: TensorData::U8(pixels) }
-    }
-
     /// Whether converting to this form leaves the pixels as they are.
     pub fn is_identity(&self) -> bool {
         self.lut.is_none() && self.layout == Layout::HWC
@@ -326,25 +314,5 @@ mod tests {
         let t = Form::raw().emit(&src, h, w, true);
         let TensorData::U8(out) = t.data else { panic!("not uint8") };
         assert_eq!(&out[(w - 1) * 3..w * 3], &src[..3]);
-    }
-
-    #[test]
-    fn emit_owned_gives_what_emit_gives() {
-        let (h, w, src) = test_image();
-        let forms = [
-            Form::raw(),
-            Form::new(&config(ImageDType::Uint8, Layout::CHW, None, None)),
-            Form::new(&config(ImageDType::Float32, Layout::HWC, Some(MEAN.to_vec()), Some(STD.to_vec()))),
-            Form::new(&config(ImageDType::Float32, Layout::CHW, Some(MEAN.to_vec()), Some(STD.to_vec()))),
-        ];
-        for form in &forms {
-            for flip in [false, true] {
-                assert_eq!(
-                    form.emit_owned(src.clone(), h, w, flip),
-                    form.emit(&src, h, w, flip),
-                    "{form:?} flip {flip}"
-                );
-            }
-        }
     }
 }
