@@ -11,7 +11,9 @@
 #                                              # 1 worker) with the peers' script
 #
 # Env: PEERS_DIR (the peer benchmark scripts: gen_data.py, run_peers.sh), PEERS_DATA (their
-# data, default ~/.cache/granary-peers/data), GRANARY (the binary, default: release build).
+# data, default ~/.cache/granary-peers/data), GRANARY (the binary, default: release build),
+# ROUNDS (3: Granary's fast path, baseline and decode-only limit are measured in turn this many
+# times, each round with the peers' settings, and the median round of each is reported).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DATA="${PEERS_DATA:-$HOME/.cache/granary-peers/data}"
@@ -36,7 +38,7 @@ if [ "${SERVED:-0}" = 1 ]; then
 fi
 for config in float32 uint8 val-float32; do
   echo "== granary $config" >&2
-  "$GRANARY" bench "bench/imagenet-$config.yaml" --json --warmup 5 --batches 30 \
+  "$GRANARY" bench "bench/imagenet-$config.yaml" --json --warmup 5 --batches 30 --rounds "${ROUNDS:-3}" \
     --set "spec.source.url=file://$DATA/images/train/"
 done
 if [ "${PEERS:-1}" = 1 ]; then

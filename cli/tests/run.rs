@@ -166,6 +166,27 @@ fn bench_reports_the_fast_path_and_its_same_run_ratios() {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {r}");
     }
     assert!(r["cores"].as_u64().is_some_and(|c| c >= 1));
+    assert_eq!(r["rounds"], 1);
+
+    // In alternating rounds: the same figures, each a median, and the rounds said.
+    let out = ok(granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--json", "--warmup", "1", "--batches", "2", "--threads", "2", "--rounds", "3"])
+        .args(["--set", &url, "--set", "spec.batch.size=8"]));
+    let r = json_line(&out);
+    assert_eq!((r["rounds"].as_u64(), r["items"].as_u64()), (Some(3), Some(16)), "{r}");
+    for key in ["vs_baseline", "vs_decode_only"] {
+        assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {r}");
+    }
+    let refused = granary()
+        .arg("bench")
+        .arg(examples().join("imagenet-resnet50.yaml"))
+        .args(["--rounds", "0", "--set", &url])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--rounds"), "{refused:?}");
 
     // Text mode names the fused stages, the normalization finished per batch, and prints the
     // three figures.

@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// Measure the fast path only, without the baseline and decode-only runs.
     #[arg(long)]
     pub fast_only: bool,
+    /// Rounds of the in-process comparison: the fast path, the baseline and the decode-only
+    /// limit measured in turn this many times, each on a freshly opened engine, and the median
+    /// round of each reported, so that a change in the machine's load weighs on all three.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=15))]
+    pub rounds: u32,
     /// Measure the pipeline with the optimizer off (`spec.optimize: false`) as well, in
     /// alternating rounds with it on, and report the ratio of the medians (in process only).
     #[arg(long, conflicts_with = "workers")]
@@ -85,6 +90,13 @@ pub struct BenchArgs {
     /// Override a manifest field, e.g. `--set spec.batch.size=64` (repeatable).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     pub set: Vec<String>,
+}
+
+/// The round with the median throughput (the higher of the two middle ones for an even
+/// count); `rounds` is not empty.
+fn median(mut rounds: Vec<Measurement>) -> Measurement {
+    rounds.sort_by(|a, b| a.items_per_s.total_cmp(&b.items_per_s));
+    rounds[rounds.len() / 2]
 }
 
 /// One timed run.
@@ -162,6 +174,9 @@ struct Report {
     decode_only_items_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_decode_only: Option<f64>,
+    /// Rounds of the fast path, baseline and decode-only comparison (their medians above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rounds: Option<u32>,
     /// How many rewrites the optimizer made (`granary plan` lists them).
     rewrites: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -290,14 +305,30 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let mut baseline = None;
     let mut limit = None;
+    let mut fast = fast;
     if fused && !args.fast_only && served.is_none() {
-        let engine =
-            Engine::open(&manifest, EngineOptions { image_path: ImagePath::Separate, ..options.clone() })?;
-        baseline = Some(measure(&engine, &manifest, args).context("baseline")?);
-        drop(engine);
-        let engine =
-            Engine::open(&manifest, EngineOptions { image_path: ImagePath::DecodeOnly, ..options.clone() })?;
-        limit = Some(measure(&engine, &manifest, args).context("decode-only")?);
+        let side = |path: Option<ImagePath>, what: &str, round: u32| -> anyhow::Result<Measurement> {
+            let options = match path {
+                Some(image_path) => EngineOptions { image_path, ..options.clone() },
+                None => options.clone(),
+            };
+            let engine = Engine::open(&manifest, options)?;
+            measure(&engine, &manifest, args).with_context(|| format!("{what}, round {round}"))
+        };
+        // The fast path's first round is the one measured above; with the optimizer compared,
+        // that is already the median of its own rounds.
+        let mut fast_rounds = vec![fast];
+        let (mut baselines, mut limits) = (Vec::new(), Vec::new());
+        for round in 1..=args.rounds {
+            if round > 1 && unoptimized.is_none() {
+                fast_rounds.push(side(None, "fast path", round)?);
+            }
+            baselines.push(side(Some(ImagePath::Separate), "baseline", round)?);
+            limits.push(side(Some(ImagePath::DecodeOnly), "decode-only", round)?);
+        }
+        fast = median(fast_rounds);
+        baseline = Some(median(baselines));
+        limit = Some(median(limits));
     }
     let headline = served.map_or(fast, |s| s.measurement);
     let report = Report {
@@ -337,6 +368,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         vs_baseline: baseline.map(|b| round3(fast.items_per_s / b.items_per_s)),
         decode_only_items_per_s: limit.map(|l| round2(l.items_per_s)),
         vs_decode_only: limit.map(|l| round3(fast.items_per_s / l.items_per_s)),
+        rounds: limit.map(|_| args.rounds),
         rewrites,
         unoptimized_items_per_s: unoptimized.map(|u| round2(u.items_per_s)),
         vs_unoptimized: unoptimized.map(|u| round3(fast.items_per_s / u.items_per_s)),
@@ -391,6 +423,9 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 l.items_per_s,
                 fast.items_per_s / l.items_per_s
             );
+        }
+        if limit.is_some() && args.rounds > 1 {
+            println!("              (medians of {} rounds of each, in turn)", args.rounds);
         }
         if !fused && served.is_none() {
             println!("(no fusable image stages: there is no separate baseline to compare with)");

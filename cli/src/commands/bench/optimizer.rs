@@ -2,7 +2,7 @@
 //! (`spec.optimize: false`), in alternating rounds so that a change in the machine's load
 //! weighs on both sides alike, and the median round of each.
 
-use super::Measurement;
+use super::{Measurement, median};
 use anyhow::Context;
 use granary_crds::Manifest;
 use granary_worker::{Engine, EngineOptions};
@@ -28,10 +28,4 @@ pub fn compare(
         }
     }
     Ok((median(on), median(off)))
-}
-
-/// The round with the median throughput.
-fn median(mut rounds: Vec<Measurement>) -> Measurement {
-    rounds.sort_by(|a, b| a.items_per_s.total_cmp(&b.items_per_s));
-    rounds[rounds.len() / 2]
 }
