@@ -187,6 +187,18 @@ fn bench_reports_the_fast_path_and_its_same_run_ratios() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--rounds"), "{refused:?}");
+    // Rounds of a comparison that does not run are refused, not ignored.
+    for other in [&["--fast-only"][..], &["--workers", "1"]] {
+        let refused = granary()
+            .arg("bench")
+            .arg(examples().join("imagenet-resnet50.yaml"))
+            .args(["--rounds", "2", "--set", &url])
+            .args(other)
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "{other:?}");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot be used with"), "{refused:?}");
+    }
 
     // Text mode names the fused stages, the normalization finished per batch, and prints the
     // three figures.

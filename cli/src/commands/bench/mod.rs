@@ -49,8 +49,10 @@ pub struct BenchArgs {
     pub fast_only: bool,
     /// Rounds of the in-process comparison: the fast path, the baseline and the decode-only
     /// limit measured in turn this many times, each on a freshly opened engine, and the median
-    /// round of each reported, so that a change in the machine's load weighs on all three.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=15))]
+    /// round of each reported, so that a change in the machine's load weighs on all three
+    /// (in process only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=15),
+          conflicts_with_all = ["fast_only", "workers"])]
     pub rounds: u32,
     /// Measure the pipeline with the optimizer off (`spec.optimize: false`) as well, in
     /// alternating rounds with it on, and report the ratio of the medians (in process only).
