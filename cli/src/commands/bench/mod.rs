@@ -309,12 +309,8 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let mut limit = None;
     let mut fast = fast;
     if fused && !args.fast_only && served.is_none() {
-        let side = |path: Option<ImagePath>, what: &str, round: u32| -> anyhow::Result<Measurement> {
-            let options = match path {
-                Some(image_path) => EngineOptions { image_path, ..options.clone() },
-                None => options.clone(),
-            };
-            let engine = Engine::open(&manifest, options)?;
+        let side = |image_path: ImagePath, what: &str, round: u32| -> anyhow::Result<Measurement> {
+            let engine = Engine::open(&manifest, EngineOptions { image_path, ..options.clone() })?;
             measure(&engine, &manifest, args).with_context(|| format!("{what}, round {round}"))
         };
         // The fast path's first round is the one measured above; with the optimizer compared,
@@ -323,10 +319,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         let (mut baselines, mut limits) = (Vec::new(), Vec::new());
         for round in 1..=args.rounds {
             if round > 1 && unoptimized.is_none() {
-                fast_rounds.push(side(None, "fast path", round)?);
+                fast_rounds.push(side(options.image_path, "fast path", round)?);
             }
-            baselines.push(side(Some(ImagePath::Separate), "baseline", round)?);
-            limits.push(side(Some(ImagePath::DecodeOnly), "decode-only", round)?);
+            baselines.push(side(ImagePath::Separate, "baseline", round)?);
+            limits.push(side(ImagePath::DecodeOnly, "decode-only", round)?);
         }
         fast = median(fast_rounds);
         baseline = Some(median(baselines));
