@@ -302,9 +302,9 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
     // Threads the worker started before the first pin ran on the other cores.
     hosts = hosts && pin_process(worker.child.id(), worker_core);
     if !hosts && !cores.is_empty() {
-        // Placed in part or not at all: every process may run anywhere again.
-        pin(0, &cores);
-        for pid in [d.proc.child.id(), worker.child.id(), trainer.proc.child.id()] {
+        // Placed in part or not at all: every process (this one's threads too) may run
+        // anywhere again.
+        for pid in [std::process::id(), d.proc.child.id(), worker.child.id(), trainer.proc.child.id()] {
             pin_process(pid, &cores);
         }
     }
