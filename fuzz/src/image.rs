@@ -2,11 +2,11 @@
 
 use crate::input::Input;
 use granary_crds::{OpConfig, StageSpec};
+use granary_image::jpeg::{JpegInfo, Window, with_decoder};
 use granary_worker::element::{Element, Value};
 use granary_worker::ops::Operator;
 use granary_worker::ops::image::decode::{DecodeOp, decode_rgb8};
 use granary_worker::ops::image::fused::{FusedCropOp, ImagePath};
-use granary_worker::ops::image::jpeg::{JpegInfo, Window, with_decoder};
 use granary_worker::seed::SeededRng;
 use std::sync::OnceLock;
 

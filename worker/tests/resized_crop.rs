@@ -3,8 +3,7 @@
 //! torchvision v2 `resized_crop` (bilinear, antialias=True) applied to a full decode.
 //! `fixtures/resized_crop/generate.py` made the fixtures.
 
-use granary_worker::ops::image::CropBox;
-use granary_worker::ops::image::fused::resized_crop_jpeg;
+use granary_image::{CropBox, resized_crop};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -33,7 +32,7 @@ fn fast_path_matches_torchvision_resized_crop() {
             height: field("height"),
             width: field("width"),
         };
-        let (got, num) = resized_crop_jpeg(&jpeg, region, size).unwrap();
+        let (got, num) = resized_crop(&jpeg, region, size).unwrap();
         scales.insert(num);
         let expected = expected.into_raw();
         assert_eq!(got.len(), expected.len());

@@ -5,7 +5,7 @@
 //!   never decoded.
 //! - The crop box is drawn from the JPEG header alone, then libjpeg-turbo decodes only that
 //!   window, DCT-scaled by the smallest `n/8` that keeps the crop at least as large as the
-//!   output ([`choose_scale`]).
+//!   output ([`granary_image::choose_scale`]).
 //! - The window is resized with `fast_image_resize` (SIMD, bilinear, antialiased) into a
 //!   per-thread buffer, reading the exact (fractional, after scaling) crop box in place.
 //! - Flip, normalization and layout happen in one pass that writes the output tensor.
@@ -18,16 +18,16 @@
 
 use super::crop::rrc_params;
 use super::decode::{JPEG_MAGIC, decode_rgb8, encoded_bytes};
-use super::jpeg::{JpegInfo, Window, with_decoder};
 use super::normalize::Form;
-use super::{CropBox, RgbView, check_dimensions, resize_rgb};
+use super::{RgbView, check_dimensions, resize_rgb};
 use crate::element::{Element, Value};
 use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
-use fast_image_resize as fr;
 use granary_crds::OpConfig;
 use granary_crds::ops::filter::Test;
+use granary_image::jpeg::with_decoder;
+use granary_image::{WindowPlan, resize_box};
 use std::cell::RefCell;
 
 const OP: &str = "image.decode";
@@ -44,21 +44,6 @@ pub enum ImagePath {
     /// For benchmarks only: the fused operator stops after decoding the crop window and emits
     /// a 1×1 image, which measures the decoding limit of the fast path.
     DecodeOnly,
-}
-
-/// DCT scales (`n/8`) that libjpeg-turbo has SIMD inverse DCTs for; the others (3/8, 5/8,
-/// 6/8, 7/8) run in plain C and cost more than decoding at the next SIMD scale and resizing.
-/// Measured on the peers' 2,000 JPEGs (2 cores, three alternating rounds of `granary bench`):
-/// with every scale allowed, the training recipe fell from 1,972–2,043 to 1,717–1,778
-/// items/s and the validation recipe, whose crops mostly fall between 5/8 and 8/8, from
-/// 1,748–1,804 to 1,359–1,509.
-const SIMD_SCALES: [usize; 4] = [1, 2, 4, 8];
-
-/// The smallest DCT scale `n/8` whose decode of a `crop_h × crop_w` box is still at least
-/// `out_h × out_w`, so that resizing never enlarges what the IDCT shrank; `8` (no scaling) when
-/// the crop is smaller than the output.
-pub fn choose_scale(crop_h: usize, crop_w: usize, out_h: usize, out_w: usize) -> usize {
-    SIMD_SCALES.into_iter().find(|&n| crop_h * n >= out_h * 8 && crop_w * n >= out_w * 8).unwrap_or(8)
 }
 
 /// `decode → [filter image.min_size] → random_resized_crop → [flip] → [normalize]` on one field,
@@ -138,9 +123,8 @@ impl FusedCropOp {
         Some((op, used + 1 + tail))
     }
 
-    /// The output tensor for the decoded `window` of the image (`window_h × window_w` RGB in
-    /// `pixels`), whose crop box in the window's pixels is `crop` (fractional after scaling).
-    fn finish(&self, window: RgbView<'_>, crop: [f64; 4], rng: &mut SeededRng) -> Result<Tensor, OpError> {
+    /// The output tensor for the decoded `window` of the image, planned by `plan`.
+    fn finish(&self, window: RgbView<'_>, plan: &WindowPlan, rng: &mut SeededRng) -> Result<Tensor, OpError> {
         let flip = self.flip.is_some_and(|p| rng.uniform() < p);
         let size = self.size;
         // Resizing straight into the element's buffer (no copy out of the thread's; with the
@@ -149,7 +133,7 @@ impl FusedCropOp {
         // (16 pairs, one core) and 1.007× (12 pairs, two cores) of this. Not kept.
         RESIZED.with(|cell| {
             let mut resized = cell.borrow_mut();
-            resize_into(window, crop, size, &mut resized)?;
+            resize_box(window, plan.crop, plan.edges, size, size, &mut resized).map_err(resize_failed)?;
             Ok(self.form.emit(&resized[..size * size * 3], size, size, flip))
         })
     }
@@ -194,15 +178,15 @@ impl FusedCropOp {
             return Ok(Some(None));
         }
         let region = rrc_params(info.height, info.width, self.scale, self.ratio, rng);
-        let plan = plan_window(&info, region, self.size);
+        let plan = WindowPlan::crop(&info, region, self.size);
         WINDOW.with(|cell| {
             let mut buffer = cell.borrow_mut();
-            let window = decode_planned(bytes, field, &info, &plan, &mut buffer)?;
+            let window = plan.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
                 return Ok(Some(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) })));
             }
-            self.finish(window, plan.crop, rng).map(|t| Some(Some(t)))
+            self.finish(window, &plan, rng).map(|t| Some(Some(t)))
         })
     }
 }
@@ -211,108 +195,14 @@ fn corrupt(field: &str, why: String) -> OpError {
     OpError::new(format!("`{OP}`: field `{field}` holds a corrupt or unsupported JPEG: {why}"))
 }
 
-/// Decodes the window of `plan` into `buffer` and returns it as an image.
-fn decode_planned<'a>(
-    bytes: &[u8],
-    field: &str,
-    info: &JpegInfo,
-    plan: &WindowPlan,
-    buffer: &'a mut Vec<u8>,
-) -> Result<RgbView<'a>, OpError> {
-    with_decoder(|decoder| decoder.decode_window(bytes, info, plan.num, plan.window, buffer))
-        .map_err(|why| corrupt(field, why))?;
-    let (h, w) = (plan.window.height, plan.window.width);
-    Ok(RgbView { height: h, width: w, data: &buffer[..h * w * 3] })
-}
-
-/// The fast path's crop of one JPEG: the box `region` (full-size pixels) resized to
-/// `size × size`, RGB `uint8` HWC, with the DCT scale numerator it decoded at. For tests and
-/// tools that compare the fast path with a reference on given crop boxes.
-pub fn resized_crop_jpeg(bytes: &[u8], region: CropBox, size: usize) -> Result<(Vec<u8>, usize), OpError> {
-    let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt("image", why))?;
-    if !info.windowable {
-        return Err(OpError::new("libjpeg-turbo cannot decode a window of this JPEG"));
-    }
-    let plan = plan_window(&info, region, size);
-    let mut buffer = Vec::new();
-    let window = decode_planned(bytes, "image", &info, &plan, &mut buffer)?;
-    let mut out = Vec::new();
-    resize_into(window, plan.crop, size, &mut out)?;
-    Ok((out, plan.num))
-}
-
-/// What to decode for one crop: the scale, the window of the scaled image, and the crop box
-/// within the window as `[left, top, width, height]` in scaled pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct WindowPlan {
-    /// DCT scale numerator (over 8).
-    pub num: usize,
-    /// Scaled-image window to decode: the crop box rounded out to whole pixels, its left edge
-    /// moved down to an iMCU boundary.
-    pub window: Window,
-    /// The crop box within the window.
-    pub crop: [f64; 4],
-}
-
-/// Plans the decode of `region` (full-size pixels) of the image `info` for an `size × size`
-/// output.
-pub fn plan_window(info: &JpegInfo, region: CropBox, size: usize) -> WindowPlan {
-    let num = choose_scale(region.height, region.width, size, size);
-    let s = num as f64 / 8.0;
-    let (sw, sh) = (JpegInfo::scaled(info.width, num), JpegInfo::scaled(info.height, num));
-    let (fx0, fx1) = (region.left as f64 * s, (region.left + region.width) as f64 * s);
-    let (fy0, fy1) = (region.top as f64 * s, (region.top + region.height) as f64 * s);
-    let mcu = info.scaled_mcu_width(num).max(1);
-    let x0 = (fx0.floor() as usize).min(sw.saturating_sub(1));
-    let left = x0 - x0 % mcu;
-    let right = (fx1.ceil() as usize).clamp(x0 + 1, sw);
-    let top = (fy0.floor() as usize).min(sh.saturating_sub(1));
-    let bottom = (fy1.ceil() as usize).clamp(top + 1, sh);
-    let window = Window { left, top, width: right - left, height: bottom - top };
-    let crop = [fx0 - left as f64, fy0 - top as f64, fx1 - fx0, fy1 - fy0];
-    WindowPlan { num, window, crop }
-}
-
 thread_local! {
-    /// Per-thread buffers, reused across elements: the decoded window, the resized image, and
-    /// the resizer with its scratch space.
+    /// Per-thread buffers, reused across elements: the decoded window and the resized image.
     static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static RESIZED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    static RESIZER: RefCell<fr::Resizer> = RefCell::new(fr::Resizer::new());
 }
 
-/// Resizes the box `crop` (`[left, top, width, height]`, fractional) of `src` to
-/// `size × size` into `out`: bilinear, antialiased when shrinking. Filter taps stay inside
-/// the box rounded out to whole pixels, as if the image had been cropped first.
-pub fn resize_into(src: RgbView<'_>, crop: [f64; 4], size: usize, out: &mut Vec<u8>) -> Result<(), OpError> {
-    let fail = |what: &dyn std::fmt::Display| {
-        OpError::new(format!(
-            "`image.random_resized_crop`: resizing a {}×{} window failed: {what}",
-            src.width, src.height
-        ))
-    };
-    let [left, top, width, height] = crop;
-    let image = fr::images::ImageRef::new(src.width as u32, src.height as u32, src.data, fr::PixelType::U8x3)
-        .map_err(|e| fail(&e))?;
-    // Whole pixels around the box: the filter is clamped to them.
-    let (x0, y0) = (left.floor(), top.floor());
-    let x1 = (left + width).ceil().min(src.width as f64);
-    let y1 = (top + height).ceil().min(src.height as f64);
-    let around =
-        fr::images::CroppedImage::new(&image, x0 as u32, y0 as u32, (x1 - x0) as u32, (y1 - y0) as u32)
-            .map_err(|e| fail(&e))?;
-    // Every byte is written by the resizer: only grow, never clear.
-    if out.len() < size * size * 3 {
-        out.resize(size * size * 3, 0);
-    }
-    let dst_bytes = &mut out[..size * size * 3];
-    let mut dst = fr::images::Image::from_slice_u8(size as u32, size as u32, dst_bytes, fr::PixelType::U8x3)
-        .map_err(|e| fail(&e))?;
-    let options = fr::ResizeOptions::new()
-        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-        .crop(left - x0, top - y0, width, height)
-        .use_alpha(false);
-    RESIZER.with(|r| r.borrow_mut().resize(&around, &mut dst, &options)).map_err(|e| fail(&e))
+fn resize_failed(why: String) -> OpError {
+    OpError::new(format!("`image.random_resized_crop`: {why}"))
 }
 
 impl FusedCropOp {
@@ -392,47 +282,6 @@ mod tests {
             "[{op: image.decode}, {op: filter, predicate: image.min_size, minWidth: 9, field: x}, {op: image.random_resized_crop, size: 8}]",
         );
         assert!(FusedCropOp::fuse(&elsewhere, ImagePath::Fused).is_none());
-    }
-
-    #[test]
-    fn scale_is_the_smallest_simd_scale_that_keeps_the_output_size() {
-        assert_eq!(choose_scale(100, 100, 224, 224), 8); // enlarged: full size
-        assert_eq!(choose_scale(447, 500, 224, 224), 8);
-        assert_eq!(choose_scale(448, 448, 224, 224), 4);
-        assert_eq!(choose_scale(900, 1000, 224, 224), 2);
-        assert_eq!(choose_scale(2000, 1792, 224, 224), 1);
-        assert_eq!(choose_scale(1000, 300, 224, 224), 8); // the narrow side decides
-    }
-
-    #[test]
-    fn window_covers_the_crop_and_starts_on_an_imcu() {
-        let info = JpegInfo { width: 500, height: 375, mcu_width: 16, windowable: true };
-        for region in [
-            CropBox { top: 0, left: 0, height: 375, width: 500 },
-            CropBox { top: 13, left: 37, height: 300, width: 451 },
-            CropBox { top: 200, left: 499, height: 1, width: 1 },
-            CropBox { top: 7, left: 3, height: 50, width: 60 },
-        ] {
-            let plan = plan_window(&info, region, 224);
-            let s = plan.num as f64 / 8.0;
-            let w = plan.window;
-            assert_eq!(w.left % info.scaled_mcu_width(plan.num), 0, "{region:?}");
-            assert!(w.left + w.width <= JpegInfo::scaled(500, plan.num));
-            assert!(w.top + w.height <= JpegInfo::scaled(375, plan.num));
-            let [cl, ct, cw, ch] = plan.crop;
-            // The crop box, in window pixels, is the region scaled, and inside the window.
-            assert!((w.left as f64 + cl - region.left as f64 * s).abs() < 1e-9);
-            assert!((w.top as f64 + ct - region.top as f64 * s).abs() < 1e-9);
-            assert!(
-                (cw - region.width as f64 * s).abs() < 1e-9 && (ch - region.height as f64 * s).abs() < 1e-9
-            );
-            assert!(
-                cl >= 0.0
-                    && ct >= 0.0
-                    && cl + cw <= w.width as f64 + 1e-9
-                    && ct + ch <= w.height as f64 + 1e-9
-            );
-        }
     }
 
     #[test]

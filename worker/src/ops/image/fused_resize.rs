@@ -8,7 +8,7 @@
 //!   as torchvision's `CenterCrop` pads.
 //! - libjpeg-turbo decodes only the window covering that box (plus the reach of the resize
 //!   filter, its left edge on an iMCU boundary), DCT-scaled by the smallest SIMD scale `n/8` that
-//!   keeps the box at least as large as its share of the output ([`choose_scale`]).
+//!   keeps the box at least as large as its share of the output ([`granary_image::choose_scale`]).
 //! - The exact box is resized in one `fast_image_resize` pass (bilinear, antialiased) into a
 //!   per-thread buffer; the filter reads the window's pixels around the box, as it reads the
 //!   neighbours of the crop in a full-size resize.
@@ -19,8 +19,7 @@
 //! WebPs and JPEGs libjpeg-turbo cannot window take the generic decoder, then the same geometry.
 
 use super::decode::{JPEG_MAGIC, decode_rgb8, encoded_bytes};
-use super::fused::{ImagePath, choose_scale, flip_and_form};
-use super::jpeg::{JpegInfo, Window, with_decoder};
+use super::fused::{ImagePath, flip_and_form};
 use super::normalize::Form;
 use super::resize::resized_size;
 use super::{RgbView, check_dimensions};
@@ -28,8 +27,9 @@ use crate::element::{Element, Value};
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
-use fast_image_resize as fr;
 use granary_crds::OpConfig;
+use granary_image::jpeg::{JpegInfo, with_decoder};
+use granary_image::{Edges, WindowPlan, resize_box};
 use std::cell::RefCell;
 
 const OP: &str = "image.decode";
@@ -203,95 +203,17 @@ impl Geometry {
     }
 }
 
-/// What to decode of one JPEG: the scale, the window of the scaled image, and the source box
-/// within the window as `[left, top, width, height]` in scaled pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct WindowPlan {
-    /// DCT scale numerator (over 8).
-    pub num: usize,
-    /// Scaled-image window to decode: the box and the reach of the resize filter around it,
-    /// rounded out to whole pixels, the left edge moved down to an iMCU boundary.
-    pub window: Window,
-    /// The box within the window.
-    pub crop: [f64; 4],
-}
-
-/// Source pixels (in scaled pixels) the bilinear filter reaches beyond a box of `extent`
-/// resized to `count` pixels, rounded up, with one to spare; none when the box is copied.
-fn reach(extent: f64, count: usize, unscaled: bool) -> usize {
-    if unscaled || count == 0 {
-        return 0;
-    }
-    // The bilinear filter's support is 1, widened by the scale when shrinking.
-    (extent / count as f64).max(1.0).ceil() as usize + 1
+thread_local! {
+    /// Per-thread buffers, reused across elements: the decoded window, the resized box and the
+    /// padded output.
+    static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static RESIZED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static PADDED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Plans the decode of the image `info` for the geometry `g`.
 pub fn plan_window(info: &JpegInfo, g: &Geometry) -> WindowPlan {
-    let [x, y, bw, bh] = g.source;
-    let num = if g.unscaled {
-        8
-    } else {
-        // Floored, so that the scaled box is never smaller than the output.
-        choose_scale(bh.floor() as usize, bw.floor() as usize, g.rows, g.cols)
-    };
-    let s = num as f64 / 8.0;
-    let (sw, sh) = (JpegInfo::scaled(info.width, num), JpegInfo::scaled(info.height, num));
-    let (fx0, fx1) = (x * s, ((x + bw) * s).min(sw as f64));
-    let (fy0, fy1) = (y * s, ((y + bh) * s).min(sh as f64));
-    let (rx, ry) = (reach(fx1 - fx0, g.cols, g.unscaled), reach(fy1 - fy0, g.rows, g.unscaled));
-    let mcu = info.scaled_mcu_width(num).max(1);
-    let x0 = (fx0.floor() as usize).saturating_sub(rx).min(sw.saturating_sub(1));
-    let left = x0 - x0 % mcu;
-    let right = (fx1.ceil() as usize).saturating_add(rx).clamp(left + 1, sw.max(left + 1));
-    let top = (fy0.floor() as usize).saturating_sub(ry).min(sh.saturating_sub(1));
-    let bottom = (fy1.ceil() as usize).saturating_add(ry).clamp(top + 1, sh.max(top + 1));
-    let window = Window { left, top, width: right - left, height: bottom - top };
-    WindowPlan { num, window, crop: [fx0 - left as f64, fy0 - top as f64, fx1 - fx0, fy1 - fy0] }
-}
-
-thread_local! {
-    /// Per-thread buffers, reused across elements: the decoded window, the resized box, the
-    /// padded output, and the resizer with its scratch space.
-    static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    static RESIZED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    static PADDED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    static RESIZER: RefCell<fr::Resizer> = RefCell::new(fr::Resizer::new());
-}
-
-/// Resizes the box `crop` (`[left, top, width, height]`, fractional) of `src` to
-/// `rows × cols` into the start of `out`: bilinear, antialiased when shrinking. The filter
-/// reads the pixels of `src` around the box, as a resize of the whole image would.
-fn resize_box(
-    src: RgbView<'_>,
-    crop: [f64; 4],
-    rows: usize,
-    cols: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), OpError> {
-    let fail = |what: &dyn std::fmt::Display| {
-        OpError::new(format!("`image.resize`: resizing a {}×{} window failed: {what}", src.width, src.height))
-    };
-    // Within MAX_SIDE (checked by the geometry and the decoder): fits in u32.
-    let image = fr::images::ImageRef::new(src.width as u32, src.height as u32, src.data, fr::PixelType::U8x3)
-        .map_err(|e| fail(&e))?;
-    let [left, top, width, height] = crop;
-    // Rounding must not push the box past the window's edge, which the resizer refuses.
-    let width = width.min(src.width as f64 - left);
-    let height = height.min(src.height as f64 - top);
-    let need = rows * cols * 3;
-    // Every byte is written by the resizer: only grow, never clear.
-    if out.len() < need {
-        out.resize(need, 0);
-    }
-    let mut dst =
-        fr::images::Image::from_slice_u8(cols as u32, rows as u32, &mut out[..need], fr::PixelType::U8x3)
-            .map_err(|e| fail(&e))?;
-    let options = fr::ResizeOptions::new()
-        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-        .crop(left, top, width, height)
-        .use_alpha(false);
-    RESIZER.with(|r| r.borrow_mut().resize(&image, &mut dst, &options)).map_err(|e| fail(&e))
+    WindowPlan::resize(info, g.source, g.rows, g.cols, g.unscaled)
 }
 
 fn corrupt(field: &str, why: String) -> OpError {
@@ -312,7 +234,8 @@ impl FusedResizeOp {
         let (h, w) = (g.out_height, g.out_width);
         RESIZED.with(|cell| {
             let mut resized = cell.borrow_mut();
-            resize_box(src, crop, g.rows, g.cols, &mut resized)?;
+            resize_box(src, crop, Edges::Image, g.rows, g.cols, &mut resized)
+                .map_err(|why| OpError::new(format!("`image.resize`: {why}")))?;
             let resized = &resized[..g.rows * g.cols * 3];
             if !g.padded() {
                 return Ok(self.form.emit(resized, h, w, flip));
@@ -354,10 +277,7 @@ impl FusedResizeOp {
         let plan = plan_window(&info, &g);
         WINDOW.with(|cell| {
             let mut buffer = cell.borrow_mut();
-            with_decoder(|decoder| decoder.decode_window(bytes, &info, plan.num, plan.window, &mut buffer))
-                .map_err(|why| corrupt(field, why))?;
-            let (h, w) = (plan.window.height, plan.window.width);
-            let window = RgbView { height: h, width: w, data: &buffer[..h * w * 3] };
+            let window = plan.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
                 return Ok(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) }));

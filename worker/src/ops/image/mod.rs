@@ -15,7 +15,6 @@ pub mod flip;
 pub mod flip_normalize;
 pub mod fused;
 pub mod fused_resize;
-pub mod jpeg;
 pub mod normalize;
 pub mod resize;
 
@@ -61,22 +60,7 @@ pub fn fuse_run(
         .map(|(op, used)| (Box::new(op) as Box<dyn crate::ops::Operator>, used))
 }
 
-/// Largest accepted side of an image, in pixels (decoded or produced by an operator).
-pub const MAX_SIDE: usize = 16384;
-
-/// Largest accepted number of pixels of an image (2^28, 768 MiB as RGB `uint8`).
-pub const MAX_PIXELS: usize = 1 << 28;
-
-/// A borrowed decoded image: RGB `uint8`, `height × width × 3`, row-major.
-#[derive(Clone, Copy, Debug)]
-pub struct RgbView<'a> {
-    /// Rows.
-    pub height: usize,
-    /// Columns.
-    pub width: usize,
-    /// `height * width * 3` bytes: R, G, B of each pixel, row by row.
-    pub data: &'a [u8],
-}
+pub use granary_image::{CropBox, MAX_PIXELS, MAX_SIDE, RgbView};
 
 /// The error for an element that lacks the field an operator reads, listing the fields it has.
 pub fn missing_field(op: &str, field: &str, element: &Element) -> OpError {
@@ -186,19 +170,6 @@ pub fn rgb_value(height: usize, width: usize, data: Vec<u8>) -> Value {
 thread_local! {
     /// One resizer per thread, so that its scratch buffers are reused across elements.
     static RESIZER: RefCell<fr::Resizer> = RefCell::new(fr::Resizer::new());
-}
-
-/// A box within an image, in pixels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CropBox {
-    /// First row.
-    pub top: usize,
-    /// First column.
-    pub left: usize,
-    /// Rows.
-    pub height: usize,
-    /// Columns.
-    pub width: usize,
 }
 
 /// Resizes the `region` of `src` (the whole image when `None`) to `out_height × out_width`

@@ -87,7 +87,7 @@ impl TurboDecoder {
         self.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)?;
         // A progressive JPEG with thousands of scans is a denial of service, not an image.
         self.set(tj::TJPARAM_TJPARAM_SCANLIMIT, 500)?;
-        self.set(tj::TJPARAM_TJPARAM_MAXPIXELS, super::MAX_PIXELS as libc::c_int)
+        self.set(tj::TJPARAM_TJPARAM_MAXPIXELS, crate::MAX_PIXELS as libc::c_int)
     }
 
     /// The message of the last error; then a fresh handle, because libjpeg's state after an
@@ -163,7 +163,7 @@ impl TurboDecoder {
     /// the same bytes once more when it decodes, so the sizes checked here are the sizes it
     /// writes), an `info` that is not that header is an error, and the window and `out` are
     /// checked against it before TurboJPEG writes anything. Images over
-    /// [`super::MAX_SIDE`] pixels a side or [`super::MAX_PIXELS`] in all are refused before
+    /// [`crate::MAX_SIDE`] pixels a side or [`crate::MAX_PIXELS`] in all are refused before
     /// `out` grows.
     ///
     /// Data warnings (e.g. a few extraneous bytes) are tolerated, as PIL and tf.data do; the
@@ -190,12 +190,12 @@ impl TurboDecoder {
             ));
         }
         let (width, height) = (actual.width, actual.height);
-        if width > super::MAX_SIDE || height > super::MAX_SIDE || width * height > super::MAX_PIXELS {
+        if width > crate::MAX_SIDE || height > crate::MAX_SIDE || width * height > crate::MAX_PIXELS {
             return Err(format!(
                 "is {width}×{height} pixels, over the limit of {} pixels a side and {} pixels in \
                  all",
-                super::MAX_SIDE,
-                super::MAX_PIXELS
+                crate::MAX_SIDE,
+                crate::MAX_PIXELS
             ));
         }
         let (sw, sh) = (JpegInfo::scaled(width, num), JpegInfo::scaled(height, num));
@@ -289,18 +289,7 @@ pub fn with_decoder<T>(f: impl FnOnce(&mut TurboDecoder) -> Result<T, String>) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::image::test_images::pattern;
-    use image::codecs::jpeg::JpegEncoder;
-    use image::{ExtendedColorType, ImageEncoder};
-
-    fn jpeg(h: usize, w: usize) -> (Vec<u8>, Vec<u8>) {
-        let pixels = pattern(h, w);
-        let mut out = Vec::new();
-        JpegEncoder::new_with_quality(&mut out, 95)
-            .write_image(&pixels, w as u32, h as u32, ExtendedColorType::Rgb8)
-            .unwrap();
-        (out, pixels)
-    }
+    use crate::test_images::jpeg;
 
     #[test]
     fn header_and_full_decode() {

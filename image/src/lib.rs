@@ -1,0 +1,81 @@
+//! Image work that runs on either side of the wire: libjpeg-turbo's windowed, DCT-scaled decode
+//! and the resize of a planned box, as the worker's fused image operators run them.
+//!
+//! The worker plans each image from its JPEG header and the element's random draws
+//! ([`window::WindowPlan`]: the DCT scale, the window of the scaled image to decode, and the
+//! box within it to resize); executing a plan needs nothing else. Kept apart from the worker so
+//! that the same code, and so the same bytes, can run wherever a plan is executed.
+//!
+//! - [`jpeg`]: TurboJPEG 3's header read and windowed decode, one decoder per thread.
+//! - [`window`]: the plans, for a random resized crop and for a resize and centre crop.
+//! - [`resize`]: the bilinear, antialiased resize of a planned box with `fast_image_resize`.
+
+pub mod jpeg;
+pub mod resize;
+pub mod window;
+
+pub use resize::resize_box;
+pub use window::{Edges, WindowPlan, choose_scale, resized_crop};
+
+/// Largest accepted side of an image, in pixels (decoded or produced by an operator).
+pub const MAX_SIDE: usize = 16384;
+
+/// Largest accepted number of pixels of an image (2^28, 768 MiB as RGB `uint8`).
+pub const MAX_PIXELS: usize = 1 << 28;
+
+/// A borrowed decoded image: RGB `uint8`, `height × width × 3`, row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct RgbView<'a> {
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// `height * width * 3` bytes: R, G, B of each pixel, row by row.
+    pub data: &'a [u8],
+}
+
+/// A box within an image, in pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CropBox {
+    /// First row.
+    pub top: usize,
+    /// First column.
+    pub left: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+}
+
+#[cfg(test)]
+pub(crate) mod test_images {
+    //! Test JPEGs generated in code.
+
+    use image::codecs::jpeg::JpegEncoder;
+    use image::{ExtendedColorType, ImageEncoder};
+
+    /// A `height × width` RGB image with gradients and a checker pattern, so that every
+    /// pixel differs from its neighbours and mistakes in indexing show.
+    pub fn pattern(height: usize, width: usize) -> Vec<u8> {
+        let mut data = Vec::with_capacity(height * width * 3);
+        for y in 0..height {
+            for x in 0..width {
+                let checker = if (x / 4 + y / 4) % 2 == 0 { 0 } else { 64 };
+                data.push(((x * 255) / width.max(1)) as u8);
+                data.push(((y * 255) / height.max(1)) as u8);
+                data.push(((x * 7 + y * 13) % 192 + checker) as u8);
+            }
+        }
+        data
+    }
+
+    /// [`pattern`] as a quality-95 JPEG, with its pixels.
+    pub fn jpeg(height: usize, width: usize) -> (Vec<u8>, Vec<u8>) {
+        let pixels = pattern(height, width);
+        let mut out = Vec::new();
+        JpegEncoder::new_with_quality(&mut out, 95)
+            .write_image(&pixels, width as u32, height as u32, ExtendedColorType::Rgb8)
+            .unwrap();
+        (out, pixels)
+    }
+}
