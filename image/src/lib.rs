@@ -8,13 +8,14 @@
 //!
 //! - [`jpeg`]: TurboJPEG 3's header read and windowed decode, one decoder per thread.
 //! - [`window`]: the plans, for a random resized crop and for a resize and centre crop.
-//! - [`resize`]: the bilinear, antialiased resize of a planned box with `fast_image_resize`.
+//! - [`resize`]: the bilinear, antialiased resize of a planned box or a whole region with
+//!   `fast_image_resize`, every use of which lives here (its code is instantiated once).
 
 pub mod jpeg;
 pub mod resize;
 pub mod window;
 
-pub use resize::resize_box;
+pub use resize::{resize_box, resize_region};
 pub use window::{Edges, WindowPlan, choose_scale, resized_crop};
 
 /// Largest accepted side of an image, in pixels (decoded or produced by an operator).

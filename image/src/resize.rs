@@ -1,8 +1,8 @@
 //! The resize of a planned box: bilinear, antialiased when shrinking (PIL's and torchvision's
 //! `antialias=True` convolution), with `fast_image_resize`'s SIMD kernels.
 
-use crate::RgbView;
 use crate::window::Edges;
+use crate::{CropBox, RgbView};
 use fast_image_resize as fr;
 use std::cell::RefCell;
 
@@ -65,4 +65,49 @@ pub fn resize_box(
             RESIZER.with(|r| r.borrow_mut().resize(&image, &mut dst, &options)).map_err(|e| fail(&e))
         }
     }
+}
+
+/// Resizes the `region` of `src` (the whole image when `None`) to `out_height × out_width` into
+/// a new buffer: bilinear, antialiased when shrinking, the filter reading only the region, as
+/// if it had been cropped first. Sides must be within [`crate::MAX_SIDE`].
+pub fn resize_region(
+    src: RgbView<'_>,
+    region: Option<CropBox>,
+    out_height: usize,
+    out_width: usize,
+) -> Result<Vec<u8>, String> {
+    let fail = |what: &dyn std::fmt::Display| {
+        format!("resizing a {}×{} image failed: {what}", src.width, src.height)
+    };
+    let sides = [src.height, src.width, out_height, out_width];
+    if sides.iter().any(|&side| side == 0 || side > crate::MAX_SIDE) {
+        return Err(fail(&format_args!(
+            "a side of the input or the {out_width}×{out_height} output is 0 or over {}",
+            crate::MAX_SIDE
+        )));
+    }
+    let (w, h) = (src.width as u32, src.height as u32);
+    let image = fr::images::ImageRef::new(w, h, src.data, fr::PixelType::U8x3).map_err(|e| fail(&e))?;
+    let region = region.unwrap_or(CropBox { top: 0, left: 0, height: src.height, width: src.width });
+    let in_bounds = region.height > 0
+        && region.width > 0
+        && region.top.checked_add(region.height).is_some_and(|b| b <= src.height)
+        && region.left.checked_add(region.width).is_some_and(|r| r <= src.width);
+    if !in_bounds {
+        return Err(fail(&format_args!("crop box {region:?} is outside the image")));
+    }
+    let cropped = fr::images::CroppedImage::new(
+        &image,
+        region.left as u32,
+        region.top as u32,
+        region.width as u32,
+        region.height as u32,
+    )
+    .map_err(|e| fail(&e))?;
+    let mut out = fr::images::Image::new(out_width as u32, out_height as u32, fr::PixelType::U8x3);
+    let options = fr::ResizeOptions::new()
+        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
+        .use_alpha(false);
+    RESIZER.with(|r| r.borrow_mut().resize(&cropped, &mut out, &options)).map_err(|e| fail(&e))?;
+    Ok(out.into_vec())
 }

@@ -21,8 +21,6 @@ pub mod resize;
 use crate::element::{Element, Value};
 use crate::ops::OpError;
 use crate::tensor::{Tensor, TensorData};
-use fast_image_resize as fr;
-use std::cell::RefCell;
 
 /// The fused operator that runs the stages at the start of `configs` in one pass, with how many
 /// it takes: decode with a random crop (and the flip and normalization after it), or a flip and
@@ -167,11 +165,6 @@ pub fn rgb_value(height: usize, width: usize, data: Vec<u8>) -> Value {
     Value::Tensor(Tensor { shape: vec![height, width, 3], data: TensorData::U8(data) })
 }
 
-thread_local! {
-    /// One resizer per thread, so that its scratch buffers are reused across elements.
-    static RESIZER: RefCell<fr::Resizer> = RefCell::new(fr::Resizer::new());
-}
-
 /// Resizes the `region` of `src` (the whole image when `None`) to `out_height × out_width`
 /// with bilinear interpolation, antialiased when shrinking (PIL's and torchvision's
 /// `antialias=True` convolution). The region is read in place, as if cropped first: the filter
@@ -185,34 +178,8 @@ pub fn resize_rgb(
 ) -> Result<Vec<u8>, OpError> {
     check_dimensions(op, "the output image", out_height, out_width)?;
     check_dimensions(op, "the input image", src.height, src.width)?;
-    let fail = |what: &dyn std::fmt::Display| {
-        OpError::new(format!("`{op}`: resizing a {}×{} image failed: {what}", src.width, src.height))
-    };
-    // Both checked against MAX_SIDE above, so they fit in u32.
-    let (w, h) = (src.width as u32, src.height as u32);
-    let image = fr::images::ImageRef::new(w, h, src.data, fr::PixelType::U8x3).map_err(|e| fail(&e))?;
-    let region = region.unwrap_or(CropBox { top: 0, left: 0, height: src.height, width: src.width });
-    let in_bounds = region.height > 0
-        && region.width > 0
-        && region.top.checked_add(region.height).is_some_and(|b| b <= src.height)
-        && region.left.checked_add(region.width).is_some_and(|r| r <= src.width);
-    if !in_bounds {
-        return Err(fail(&format_args!("crop box {region:?} is outside the image")));
-    }
-    let cropped = fr::images::CroppedImage::new(
-        &image,
-        region.left as u32,
-        region.top as u32,
-        region.width as u32,
-        region.height as u32,
-    )
-    .map_err(|e| fail(&e))?;
-    let mut out = fr::images::Image::new(out_width as u32, out_height as u32, fr::PixelType::U8x3);
-    let options = fr::ResizeOptions::new()
-        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-        .use_alpha(false);
-    RESIZER.with(|r| r.borrow_mut().resize(&cropped, &mut out, &options)).map_err(|e| fail(&e))?;
-    Ok(out.into_vec())
+    granary_image::resize_region(src, region, out_height, out_width)
+        .map_err(|why| OpError::new(format!("`{op}`: {why}")))
 }
 
 #[cfg(test)]
