@@ -4,17 +4,22 @@
 //! The worker plans each image from its JPEG header and the element's random draws
 //! ([`window::WindowPlan`]: the DCT scale, the window of the scaled image to decode, and the
 //! box within it to resize); executing a plan needs nothing else. Kept apart from the worker so
-//! that the same code, and so the same bytes, can run wherever a plan is executed.
+//! that the same code, and so the same bytes, can run wherever a plan is executed. Depends on
+//! nothing of ours but `granary-kernels` (the mirror).
 //!
 //! - [`jpeg`]: TurboJPEG 3's header read and windowed decode, one decoder per thread.
 //! - [`window`]: the plans, for a random resized crop and for a resize and centre crop.
+//! - [`planned`]: one image's plan complete with its output (size, placement, flip), executed
+//!   from the JPEG's bytes alone.
 //! - [`resize`]: the bilinear, antialiased resize of a planned box or a whole region with
 //!   `fast_image_resize`, every use of which lives here (its code is instantiated once).
 
 pub mod jpeg;
+pub mod planned;
 pub mod resize;
 pub mod window;
 
+pub use planned::PlannedImage;
 pub use resize::{resize_box, resize_region};
 pub use window::{Edges, WindowPlan, choose_scale, resized_crop};
 

@@ -26,8 +26,8 @@ use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_crds::ops::filter::Test;
-use granary_image::jpeg::with_decoder;
-use granary_image::{WindowPlan, resize_box};
+use granary_image::jpeg::{JpegInfo, with_decoder};
+use granary_image::{PlannedImage, WindowPlan, resize_box};
 use std::cell::RefCell;
 
 const OP: &str = "image.decode";
@@ -124,8 +124,7 @@ impl FusedCropOp {
     }
 
     /// The output tensor for the decoded `window` of the image, planned by `plan`.
-    fn finish(&self, window: RgbView<'_>, plan: &WindowPlan, rng: &mut SeededRng) -> Result<Tensor, OpError> {
-        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+    fn finish(&self, window: RgbView<'_>, plan: &PlannedImage) -> Result<Tensor, OpError> {
         let size = self.size;
         // Resizing straight into the element's buffer (no copy out of the thread's; with the
         // buffers recycled from the batch builder, no zero-fill either) took the copy out of the
@@ -133,8 +132,9 @@ impl FusedCropOp {
         // (16 pairs, one core) and 1.007× (12 pairs, two cores) of this. Not kept.
         RESIZED.with(|cell| {
             let mut resized = cell.borrow_mut();
-            resize_box(window, plan.crop, plan.edges, size, size, &mut resized).map_err(resize_failed)?;
-            Ok(self.form.emit(&resized[..size * size * 3], size, size, flip))
+            let crop = plan.window.crop;
+            resize_box(window, crop, plan.window.edges, size, size, &mut resized).map_err(resize_failed)?;
+            Ok(self.form.emit(&resized[..size * size * 3], size, size, plan.flip))
         })
     }
 
@@ -159,6 +159,43 @@ impl FusedCropOp {
         Ok(Some(self.form.emit(&resized, self.size, self.size, flip)))
     }
 
+    /// Everything the fast path decides for one JPEG before decoding a pixel: the size
+    /// filter's verdict (when `filter`), the crop box and the flip, drawn as [`Operator::run`]
+    /// draws them. Executing the plan ([`PlannedImage::execute`]) gives the pixels this
+    /// operator outputs when it has no normalization of its own.
+    pub fn plan(&self, bytes: &[u8], rng: &mut SeededRng, filter: bool) -> Result<Planned, OpError> {
+        if !bytes.starts_with(JPEG_MAGIC) {
+            return Ok(Planned::Unplannable);
+        }
+        let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(&self.field, why))?;
+        self.plan_from(&info, rng, filter)
+    }
+
+    /// [`FusedCropOp::plan`] from the JPEG's header.
+    fn plan_from(&self, info: &JpegInfo, rng: &mut SeededRng, filter: bool) -> Result<Planned, OpError> {
+        if !info.windowable {
+            return Ok(Planned::Unplannable);
+        }
+        check_dimensions(OP, "the JPEG", info.height, info.width)?;
+        if self.drops(filter, info.height, info.width) {
+            return Ok(Planned::Dropped);
+        }
+        let region = rrc_params(info.height, info.width, self.scale, self.ratio, rng);
+        let window = WindowPlan::crop(info, region, self.size);
+        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+        let size = self.size;
+        Ok(Planned::Image(PlannedImage {
+            window,
+            rows: size,
+            cols: size,
+            height: size,
+            width: size,
+            top: 0,
+            left: 0,
+            flip,
+        }))
+    }
+
     /// The fast path for a JPEG libjpeg-turbo can window: `Ok(None)` sends it to the generic
     /// path (before any random draw), `Ok(Some(None))` says the size filter dropped it (from the
     /// header, before decoding anything).
@@ -168,27 +205,35 @@ impl FusedCropOp {
         rng: &mut SeededRng,
         filter: bool,
     ) -> Result<Option<Option<Tensor>>, OpError> {
-        let field = &self.field;
-        let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(field, why))?;
-        if !info.windowable {
-            return Ok(None);
-        }
-        check_dimensions(OP, "the JPEG", info.height, info.width)?;
-        if self.drops(filter, info.height, info.width) {
-            return Ok(Some(None));
-        }
-        let region = rrc_params(info.height, info.width, self.scale, self.ratio, rng);
-        let plan = WindowPlan::crop(&info, region, self.size);
+        let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(&self.field, why))?;
+        let plan = match self.plan_from(&info, rng, filter)? {
+            Planned::Image(plan) => plan,
+            Planned::Dropped => return Ok(Some(None)),
+            Planned::Unplannable => return Ok(None),
+        };
         WINDOW.with(|cell| {
             let mut buffer = cell.borrow_mut();
-            let window = plan.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
+            let window =
+                plan.window.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(&self.field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
                 return Ok(Some(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) })));
             }
-            self.finish(window, &plan, rng).map(|t| Some(Some(t)))
+            self.finish(window, &plan).map(|t| Some(Some(t)))
         })
     }
+}
+
+/// What a fused image operator decides for one image before decoding it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Planned {
+    /// The image's plan.
+    Image(PlannedImage),
+    /// The fused size filter drops it (decided from the header).
+    Dropped,
+    /// libjpeg-turbo cannot decode a window of it (a PNG or WebP, or a JPEG it cannot window):
+    /// the operator decodes it whole, with the same draws.
+    Unplannable,
 }
 
 fn corrupt(field: &str, why: String) -> OpError {

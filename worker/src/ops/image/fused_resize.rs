@@ -19,7 +19,7 @@
 //! WebPs and JPEGs libjpeg-turbo cannot window take the generic decoder, then the same geometry.
 
 use super::decode::{JPEG_MAGIC, decode_rgb8, encoded_bytes};
-use super::fused::{ImagePath, flip_and_form};
+use super::fused::{ImagePath, Planned, flip_and_form};
 use super::normalize::Form;
 use super::resize::resized_size;
 use super::{RgbView, check_dimensions};
@@ -29,7 +29,7 @@ use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_image::jpeg::{JpegInfo, with_decoder};
-use granary_image::{Edges, WindowPlan, resize_box};
+use granary_image::{Edges, PlannedImage, WindowPlan, resize_box};
 use std::cell::RefCell;
 
 const OP: &str = "image.decode";
@@ -223,14 +223,7 @@ fn corrupt(field: &str, why: String) -> OpError {
 impl FusedResizeOp {
     /// The output tensor for the box `crop` of `src` (a decoded window or the whole image), in
     /// the geometry `g`: resized, padded, flipped and put in its final form.
-    fn finish(
-        &self,
-        src: RgbView<'_>,
-        crop: [f64; 4],
-        g: &Geometry,
-        rng: &mut SeededRng,
-    ) -> Result<Tensor, OpError> {
-        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+    fn finish(&self, src: RgbView<'_>, crop: [f64; 4], g: &Geometry, flip: bool) -> Result<Tensor, OpError> {
         let (h, w) = (g.out_height, g.out_width);
         RESIZED.with(|cell| {
             let mut resized = cell.borrow_mut();
@@ -262,7 +255,46 @@ impl FusedResizeOp {
             decode_rgb8(bytes).map_err(|why| OpError::new(format!("`{OP}`: field `{field}` {why}")))?;
         let g = Geometry::new(h, w, self.resize, self.crop)?;
         let src = RgbView { height: h, width: w, data: &pixels };
-        self.finish(src, g.source, &g, rng)
+        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+        self.finish(src, g.source, &g, flip)
+    }
+
+    /// Everything the fast path decides for one JPEG before decoding a pixel: the geometry and
+    /// the flip, drawn as [`Operator::apply`] draws it. Executing the plan
+    /// ([`PlannedImage::execute`]) gives the pixels this operator outputs when it has no
+    /// normalization of its own.
+    pub fn plan(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Planned, OpError> {
+        if !bytes.starts_with(JPEG_MAGIC) {
+            return Ok(Planned::Unplannable);
+        }
+        let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(&self.field, why))?;
+        Ok(self.plan_from(&info, rng)?.map_or(Planned::Unplannable, |(plan, _)| Planned::Image(plan)))
+    }
+
+    /// [`FusedResizeOp::plan`] from the JPEG's header, with the geometry; `None` for a JPEG
+    /// libjpeg-turbo cannot window (before any draw).
+    fn plan_from(
+        &self,
+        info: &JpegInfo,
+        rng: &mut SeededRng,
+    ) -> Result<Option<(PlannedImage, Geometry)>, OpError> {
+        if !info.windowable {
+            return Ok(None);
+        }
+        let g = Geometry::new(info.height, info.width, self.resize, self.crop)?;
+        let window = plan_window(info, &g);
+        let flip = self.flip.is_some_and(|p| rng.uniform() < p);
+        let plan = PlannedImage {
+            window,
+            rows: g.rows,
+            cols: g.cols,
+            height: g.out_height,
+            width: g.out_width,
+            top: g.top,
+            left: g.left,
+            flip,
+        };
+        Ok(Some((plan, g)))
     }
 
     /// The fast path for a JPEG libjpeg-turbo can window; `Ok(None)` sends it to the generic
@@ -270,19 +302,15 @@ impl FusedResizeOp {
     fn windowed(&self, bytes: &[u8], rng: &mut SeededRng) -> Result<Option<Tensor>, OpError> {
         let field = &self.field;
         let info = with_decoder(|decoder| decoder.header(bytes)).map_err(|why| corrupt(field, why))?;
-        if !info.windowable {
-            return Ok(None);
-        }
-        let g = Geometry::new(info.height, info.width, self.resize, self.crop)?;
-        let plan = plan_window(&info, &g);
+        let Some((plan, g)) = self.plan_from(&info, rng)? else { return Ok(None) };
         WINDOW.with(|cell| {
             let mut buffer = cell.borrow_mut();
-            let window = plan.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
+            let window = plan.window.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
                 return Ok(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) }));
             }
-            self.finish(window, plan.crop, &g, rng).map(Some)
+            self.finish(window, plan.window.crop, &g, plan.flip).map(Some)
         })
     }
 }
