@@ -3,6 +3,7 @@
 use crate::input::Input;
 use granary_crds::{OpConfig, StageSpec};
 use granary_image::jpeg::{JpegInfo, Window, with_decoder};
+use granary_image::{Edges, PlannedImage, WindowPlan};
 use granary_worker::element::{Element, Value};
 use granary_worker::ops::Operator;
 use granary_worker::ops::image::decode::{DecodeOp, decode_rgb8};
@@ -46,8 +47,9 @@ fn fused() -> &'static FusedCropOp {
 /// Decodes the image after [`PARAMS`] bytes of parameters three ways: the `image.decode`
 /// operator; the fused crop operator (seeded by byte 0); and `TurboDecoder::decode_window` with
 /// a scale (byte 1), a window (bytes 2..10) and, when byte 1's high bit is set, a header that
-/// is not this image's (the image's with its width changed by byte 0). Every result must be an
-/// error or an image of the size asked for.
+/// is not this image's (the image's with its width changed by byte 0); then a plan of that
+/// window with a box and an output from the same bytes (`PlannedImage::execute`). Every result
+/// must be an error or an image of the size asked for.
 pub fn image_decode(data: &[u8]) {
     let mut input = Input::new(data);
     let params = input.take(PARAMS);
@@ -92,4 +94,22 @@ pub fn image_decode(data: &[u8]) {
         );
         Ok(())
     });
+
+    // A plan made elsewhere, executed on these bytes: the same window, a box in it from the
+    // parameters (fractions of the window, some past its edges), a small output.
+    let fraction = |i: usize| f64::from(param(i)) / 200.0 * window.width.max(1) as f64;
+    let (rows, cols) = (usize::from(param(2) % 24) + 1, usize::from(param(3) % 24) + 1);
+    let edges = if param(1) & 0x40 != 0 { Edges::Image } else { Edges::Box };
+    let plan = PlannedImage {
+        window: WindowPlan { num, window, crop: [fraction(4), fraction(5), fraction(6), fraction(7)], edges },
+        rows,
+        cols,
+        height: rows + usize::from(param(8) % 4),
+        width: cols + usize::from(param(9) % 4),
+        top: usize::from(param(8) % 4),
+        left: usize::from(param(9) % 4),
+        flip: param(0) & 1 == 1,
+    };
+    let mut out = vec![0; plan.output_len()];
+    let _ = plan.execute(image, &mut out);
 }

@@ -28,6 +28,10 @@ pub struct PlannedImage {
     pub flip: bool,
 }
 
+/// How far a plan's box may reach past its window's edge: the planners compute both from the
+/// same floating-point values, and only rounding separates them.
+const SLACK: f64 = 1e-6;
+
 thread_local! {
     /// Per-thread buffers, reused across images: the decoded window and the resized box.
     static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -55,6 +59,21 @@ impl PlannedImage {
             return Err(format!(
                 "the plan puts a {}×{} box at row {}, column {} of a {}×{} output",
                 self.cols, self.rows, self.top, self.left, self.width, self.height
+            ));
+        }
+        let [left, top, width, height] = self.window.crop;
+        let (w, h) = (self.window.window.width as f64, self.window.window.height as f64);
+        let inside = self.window.crop.iter().all(|v| v.is_finite())
+            && left >= 0.0
+            && top >= 0.0
+            && width > 0.0
+            && height > 0.0
+            && left + width <= w + SLACK
+            && top + height <= h + SLACK;
+        if !inside {
+            return Err(format!(
+                "the plan's box {:?} is not inside its {}×{} window",
+                self.window.crop, self.window.window.width, self.window.window.height
             ));
         }
         if out.len() != self.output_len() {
@@ -152,6 +171,18 @@ mod tests {
             PlannedImage { rows: 0, ..good },
             PlannedImage { height: crate::MAX_SIDE + 1, ..good },
         ] {
+            assert!(bad.execute(&bytes, &mut out).is_err(), "{bad:?}");
+        }
+        // Boxes that are not numbers, empty, or outside the window.
+        for crop in [
+            [f64::NAN, 0.0, 8.0, 8.0],
+            [0.0, 0.0, f64::INFINITY, 8.0],
+            [-1.0, 0.0, 8.0, 8.0],
+            [0.0, 0.0, 0.0, 8.0],
+            [30.0, 0.0, 8.0, 8.0],
+            [0.0, 0.0, 8.0, 33.0],
+        ] {
+            let bad = PlannedImage { window: WindowPlan { crop, ..good.window }, ..good };
             assert!(bad.execute(&bytes, &mut out).is_err(), "{bad:?}");
         }
         assert!(good.execute(&bytes, &mut out[..10]).is_err());
