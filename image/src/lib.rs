@@ -53,13 +53,10 @@ pub struct CropBox {
     pub width: usize,
 }
 
-#[cfg(test)]
-pub(crate) mod test_images {
-    //! Test JPEGs generated in code.
-
-    use image::codecs::jpeg::JpegEncoder;
-    use image::{ExtendedColorType, ImageEncoder};
-
+/// Test images generated in code, for this crate's tests and (with the `test-images` feature)
+/// other crates' tests.
+#[cfg(any(test, feature = "test-images"))]
+pub mod test_images {
     /// A `height × width` RGB image with gradients and a checker pattern, so that every
     /// pixel differs from its neighbours and mistakes in indexing show.
     pub fn pattern(height: usize, width: usize) -> Vec<u8> {
@@ -76,7 +73,10 @@ pub(crate) mod test_images {
     }
 
     /// [`pattern`] as a quality-95 JPEG, with its pixels.
+    #[cfg(test)]
     pub fn jpeg(height: usize, width: usize) -> (Vec<u8>, Vec<u8>) {
+        use image::codecs::jpeg::JpegEncoder;
+        use image::{ExtendedColorType, ImageEncoder};
         let pixels = pattern(height, width);
         let mut out = Vec::new();
         JpegEncoder::new_with_quality(&mut out, 95)

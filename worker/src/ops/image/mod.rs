@@ -183,24 +183,7 @@ pub fn resize_rgb(
 }
 
 #[cfg(test)]
-pub(crate) mod test_images {
-    //! Test images generated in code.
-
-    /// A `height × width` RGB image with gradients and a checker pattern, so that every
-    /// pixel differs from its neighbours and mistakes in indexing show.
-    pub fn pattern(height: usize, width: usize) -> Vec<u8> {
-        let mut data = Vec::with_capacity(height * width * 3);
-        for y in 0..height {
-            for x in 0..width {
-                let checker = if (x / 4 + y / 4) % 2 == 0 { 0 } else { 64 };
-                data.push(((x * 255) / width.max(1)) as u8);
-                data.push(((y * 255) / height.max(1)) as u8);
-                data.push(((x * 7 + y * 13) % 192 + checker) as u8);
-            }
-        }
-        data
-    }
-}
+pub(crate) use granary_image::test_images;
 
 #[cfg(test)]
 mod tests {
