@@ -100,16 +100,23 @@ impl PlannedImage {
         if (self.rows, self.cols) == (self.height, self.width) {
             out.copy_from_slice(resized);
         } else {
-            out.fill(0);
-            let line = self.cols * 3;
-            for (y, row) in resized.chunks_exact(line).enumerate() {
-                let start = ((self.top + y) * self.width + self.left) * 3;
-                out[start..start + line].copy_from_slice(row);
-            }
+            pad_into(resized, self.cols, self.top, self.left, self.width, out);
         }
         if self.flip {
             granary_kernels::mirror::mirror_in_place(out, self.width);
         }
+    }
+}
+
+/// Writes `resized` (rows of `cols` RGB pixels) into `out` (rows of `width` RGB pixels) from
+/// row `top` and column `left`, with zeros everywhere else, as a centre crop pads an image
+/// smaller than itself. The box must fit: `left + cols <= width`, and `out` must hold its rows.
+pub fn pad_into(resized: &[u8], cols: usize, top: usize, left: usize, width: usize, out: &mut [u8]) {
+    out.fill(0);
+    let line = cols * 3;
+    for (y, row) in resized.chunks_exact(line).enumerate() {
+        let start = ((top + y) * width + left) * 3;
+        out[start..start + line].copy_from_slice(row);
     }
 }
 

@@ -29,6 +29,7 @@ use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_image::jpeg::{JpegInfo, with_decoder};
+use granary_image::planned::pad_into;
 use granary_image::{Edges, PlannedImage, WindowPlan, resize_box};
 use std::cell::RefCell;
 
@@ -235,13 +236,8 @@ impl FusedResizeOp {
             }
             PADDED.with(|cell| {
                 let mut padded = cell.borrow_mut();
-                padded.clear();
                 padded.resize(h * w * 3, 0);
-                let row = g.cols * 3;
-                for (y, line) in resized.chunks_exact(row).enumerate() {
-                    let start = ((g.top + y) * w + g.left) * 3;
-                    padded[start..start + row].copy_from_slice(line);
-                }
+                pad_into(resized, g.cols, g.top, g.left, w, &mut padded);
                 Ok(self.form.emit(&padded, h, w, flip))
             })
         })
