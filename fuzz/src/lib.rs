@@ -20,6 +20,7 @@ mod dispatcher;
 mod image;
 mod input;
 mod manifest;
+mod panics;
 mod runtime;
 mod sources;
 mod worker;
@@ -28,6 +29,7 @@ pub use cache::cache;
 pub use dispatcher::dispatcher_requests;
 pub use image::image_decode;
 pub use manifest::manifest;
+pub use panics::unwind_dependency_panics;
 pub use sources::{source_jsonl, source_parquet, source_tfrecord, source_webdataset};
 pub use worker::worker_requests;
 

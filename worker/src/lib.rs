@@ -14,6 +14,7 @@ pub mod budget;
 pub mod buffers;
 pub mod cache;
 pub mod catalog;
+mod contained;
 pub mod element;
 pub mod engine;
 pub mod executor;

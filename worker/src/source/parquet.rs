@@ -7,6 +7,7 @@
 #![allow(deprecated)]
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
+use crate::contained::contained;
 use crate::element::Element;
 use crate::store::Located;
 use futures::StreamExt;
@@ -120,17 +121,15 @@ pub(super) fn read(
     // The parquet crate panics on some corrupt pages (a dictionary-encoded page with no
     // dictionary, found by fuzzing): such a file is bad data, not a reason to lose the worker.
     let next = |stream: &mut _| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(StreamExt::next(stream))))
-            .map_err(|panic| {
-                SourceError::data(
-                    location.clone(),
-                    format!(
-                        "cannot read Parquet: the decoder failed on row group {row_group} ({}); \
-                         the file is corrupt: rewrite it",
-                        panic_message(panic.as_ref())
-                    ),
-                )
-            })
+        contained(|| rt.block_on(StreamExt::next(stream))).map_err(|why| {
+            SourceError::data(
+                location.clone(),
+                format!(
+                    "cannot read Parquet: the decoder failed on row group {row_group} ({why}); the \
+                     file is corrupt: rewrite it"
+                ),
+            )
+        })
     };
     while let Some(batch) = next(&mut stream)? {
         let batch = batch.map_err(bad)?;
@@ -152,13 +151,4 @@ pub(super) fn read(
         }
     }
     Ok(())
-}
-
-/// What a caught panic said.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic")
 }

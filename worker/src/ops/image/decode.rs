@@ -1,6 +1,7 @@
 //! `image.decode`: JPEG, PNG or WebP bytes → RGB `uint8` image of shape `[height, width, 3]`.
 
 use super::{MAX_PIXELS, MAX_SIDE, missing_field, rgb_value};
+use crate::contained::contained;
 use crate::element::{Element, Value};
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
@@ -102,14 +103,20 @@ impl Operator for DecodeOp {
 /// [`MAX_PIXELS`] in all are refused from their header, before their pixels are allocated (a
 /// PNG right after its `IHDR` chunk, before any other chunk is read).
 ///
-/// The error says what is wrong with the bytes, phrased to follow "field `image` ".
+/// The error says what is wrong with the bytes, phrased to follow "field `image` ". A decoder
+/// that panics on a malformed file gives an error too (see [`decoded`]).
 pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
     if bytes.starts_with(JPEG_MAGIC) {
-        let decoder = JpegDecoder::new(Cursor::new(bytes)).map_err(|e| refused("JPEG", e))?;
-        finish(decoder, "JPEG")
+        decoded("JPEG", || {
+            let decoder = JpegDecoder::new(Cursor::new(bytes)).map_err(|e| refused("JPEG", e))?;
+            finish(decoder, "JPEG")
+        })
     } else if bytes.starts_with(PNG_MAGIC) {
-        let decoder = PngDecoder::with_limits(Cursor::new(bytes), limits()).map_err(|e| refused("PNG", e))?;
-        finish(decoder, "PNG")
+        decoded("PNG", || {
+            let decoder =
+                PngDecoder::with_limits(Cursor::new(bytes), limits()).map_err(|e| refused("PNG", e))?;
+            finish(decoder, "PNG")
+        })
     } else if is_webp(bytes) {
         // The RIFF header gives the file's length. A lossless stream cut short decodes on as if
         // the rest were zero bits, however large the header says the image is (a 100-byte file
@@ -123,8 +130,10 @@ pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
                 bytes.len()
             ));
         }
-        let decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(|e| refused("WebP", e))?;
-        finish(decoder, "WebP")
+        decoded("WebP", || {
+            let decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(|e| refused("WebP", e))?;
+            finish(decoder, "WebP")
+        })
     } else if bytes.is_empty() {
         Err("is empty (0 bytes), not a JPEG, PNG or WebP; drop empty samples from the source".into())
     } else {
@@ -137,6 +146,18 @@ pub fn decode_rgb8(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
             other_format(bytes).map(|f| format!(" (looks like {f})")).unwrap_or_default(),
         ))
     }
+}
+
+/// Runs one of the `image` crate's pure-Rust decoders, a panic inside it being this file's
+/// error (see [`contained`]): image-webp 0.2.4, the newest, builds an over-subscribed Huffman
+/// code from a crafted lossless WebP and indexes past its table (image-rs/image-webp#118).
+fn decoded<T>(format: &str, decode: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    contained(decode).unwrap_or_else(|why| {
+        Err(format!(
+            "holds a malformed {format} that made the decoder fail ({why}); drop such samples at \
+             the source"
+        ))
+    })
 }
 
 /// Names a few common formats that are not supported, for the error message.
@@ -173,7 +194,11 @@ fn finish(mut decoder: impl ImageDecoder, format: &str) -> Result<(usize, usize,
 }
 
 #[cfg(test)]
+mod crafted;
+
+#[cfg(test)]
 mod tests {
+    use super::crafted::{png_claiming, webp_claiming, webp_with_an_oversubscribed_code};
     use super::*;
     use crate::ops::image::test_images::pattern;
     use crate::tensor::{Tensor, TensorData};
@@ -334,51 +359,6 @@ mod tests {
         assert!(err.0.contains("over the limit"), "{err}");
     }
 
-    /// CRC-32 (IEEE) of a PNG chunk's type and data, bit by bit.
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut crc = !0u32;
-        for &b in bytes {
-            crc ^= u32::from(b);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
-            }
-        }
-        !crc
-    }
-
-    /// A PNG of 40 bytes whose `IHDR` claims `width × height` RGB pixels, with no image data.
-    fn png_claiming(width: u32, height: u32) -> Vec<u8> {
-        let mut chunk = b"IHDR".to_vec();
-        chunk.extend(width.to_be_bytes());
-        chunk.extend(height.to_be_bytes());
-        chunk.extend([8, 2, 0, 0, 0]); // 8-bit RGB, deflate, adaptive filter, not interlaced
-        let mut out = PNG_MAGIC.to_vec();
-        out.extend(13u32.to_be_bytes());
-        out.extend(&chunk);
-        out.extend(crc32(&chunk).to_be_bytes());
-        out
-    }
-
-    /// A WebP of 44 bytes: an extended (`VP8X`) header whose canvas is `width × height`, and a
-    /// lossless bitstream header of 1×1.
-    fn webp_claiming(width: u32, height: u32) -> Vec<u8> {
-        let mut vp8x = vec![0u8; 4];
-        vp8x.extend(&(width - 1).to_le_bytes()[..3]);
-        vp8x.extend(&(height - 1).to_le_bytes()[..3]);
-        let vp8l = [0x2f, 0, 0, 0, 0, 0]; // signature, 1×1, version 0; padded to even
-        let mut body = b"WEBP".to_vec();
-        body.extend(b"VP8X");
-        body.extend(10u32.to_le_bytes());
-        body.extend(vp8x);
-        body.extend(b"VP8L");
-        body.extend(5u32.to_le_bytes());
-        body.extend(vp8l);
-        let mut out = b"RIFF".to_vec();
-        out.extend((body.len() as u32).to_le_bytes());
-        out.extend(body);
-        out
-    }
-
     #[test]
     fn tiny_png_claiming_a_huge_size_is_refused_from_its_header() {
         for (w, h) in [(1 << 20, 1 << 20), (MAX_SIDE as u32 + 1, 1), (1, u32::MAX >> 1)] {
@@ -402,6 +382,15 @@ mod tests {
         }
         // Within the limits the header is accepted, and the 1×1 bitstream inside is refused.
         assert!(decode_rgb8(&webp_claiming(64, 64)).is_err());
+    }
+
+    #[test]
+    fn a_file_that_panics_its_decoder_is_an_error() {
+        let err = run(webp_with_an_oversubscribed_code()).unwrap_err();
+        assert!(err.0.contains("field `image` holds a malformed WebP") && err.0.contains("drop"), "{err}");
+        // The thread is still usable: the next file decodes.
+        let pixels = pattern(3, 2);
+        assert!(run(webp_lossless(&pixels, 2, 3, ExtendedColorType::Rgb8)).is_ok());
     }
 
     #[test]
