@@ -16,7 +16,8 @@
 //! all). Its random stream still belongs to the block, and which members are left depends only
 //! on the elements and their own streams, so the output stays independent of threads and timing.
 
-use super::{ExecError, Member, Plan, Ran, StageTimes, Task, record};
+use super::{ExecError, Member, Plan, Ran, StageTimes, Task, panicked, record};
+use crate::contained::contained;
 use crate::ops::Fate;
 use crate::seed::{SeededRng, Stream};
 use std::sync::atomic::Ordering;
@@ -83,7 +84,8 @@ pub(super) fn run(
         let mut rng =
             SeededRng::new(plan.seed, Stream::Group, &[u64::from(task.epoch), split_id, block, b as u64]);
         let started = Instant::now();
-        let result = stage.op.run_group(&mut elements, &mut rng);
+        let result = contained(|| stage.op.run_group(&mut elements, &mut rng))
+            .unwrap_or_else(|why| Err(panicked(why)));
         times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let (key, count) = (elements.first().map(|e| e.key.clone()).unwrap_or_default(), elements.len());
         for (&i, element) in takers.iter().zip(elements) {
@@ -145,7 +147,9 @@ fn gather(
         .map(|(_, p)| &mut p.rng)
         .collect();
     let started = Instant::now();
-    let result = stage.op.run_each(&mut elements, &mut rngs);
+    // A panic is blamed on the call's first element: which one it was is not known.
+    let result = contained(|| stage.op.run_each(&mut elements, &mut rngs))
+        .unwrap_or_else(|why| Err((0, panicked(why))));
     times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let keys: Vec<String> = match &result {
         Err((at, _)) => elements.get(*at).map(|e| e.key.clone()).into_iter().collect(),

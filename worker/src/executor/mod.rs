@@ -41,8 +41,9 @@ mod tune;
 use crate::batch::{Batch, BatchError, Finish};
 use crate::budget::{Budget, Permit};
 use crate::cache::{CacheOutcome, EngineCache, ReadReport, record};
+use crate::contained::contained;
 use crate::element::Element;
-use crate::ops::{Fate, Operator};
+use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
@@ -813,6 +814,16 @@ fn write_cut(plan: &Plan, task: Task, start: usize) -> Option<usize> {
     }
 }
 
+/// A stage's error for a call of it that panicked (caught by [`contained`]): the panic is the
+/// stage's error on the element, so the message names both and `spec.errors` applies to it as
+/// to any other, rather than the compute thread dying and its element never coming out.
+pub(super) fn panicked(why: String) -> OpError {
+    OpError::new(format!(
+        "the stage panicked ({why}); this is a bug in Granary or in a library it uses: please \
+         report it, with the element"
+    ))
+}
+
 /// Runs `stages` on an element in order; stops at the first that drops it.
 fn apply(
     plan: &Plan,
@@ -823,12 +834,14 @@ fn apply(
 ) -> Result<Fate, ExecError> {
     let mut start = Instant::now();
     for (stage, nanos) in plan.stages[stages.clone()].iter().zip(&times.nanos[stages]) {
-        let fate = stage.op.run(element, rng).map_err(|e| ExecError::Op {
-            path: stage.path.clone(),
-            stage: stage.name.clone(),
-            key: element.key.clone(),
-            message: e.0,
-        })?;
+        let fate = contained(|| stage.op.run(element, rng))
+            .unwrap_or_else(|why| Err(panicked(why)))
+            .map_err(|e| ExecError::Op {
+                path: stage.path.clone(),
+                stage: stage.name.clone(),
+                key: element.key.clone(),
+                message: e.0,
+            })?;
         let now = Instant::now();
         nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);
         start = now;
