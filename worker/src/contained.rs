@@ -4,7 +4,8 @@
 //! crate are fuzzed upstream and still panic on some malformed files (see the callers). Any
 //! other stage's panic is caught around the stage's call, and is its error on the element
 //! (`executor::panicked`): a compute thread that died would leave its element's place in the
-//! batch order empty, and a served pipeline would wait for it forever.
+//! batch order empty, and a served pipeline would wait for it forever. The cache profile's
+//! measurement, on a thread of its own, reports a panic as the profile's error the same way.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -18,7 +19,7 @@ pub(crate) fn contained<T>(call: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 /// What a caught panic said.
-fn message(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn message(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()

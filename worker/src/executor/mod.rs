@@ -470,7 +470,7 @@ impl Iterator for Execution {
                 let mut panicked = None;
                 for t in self.threads.drain(..) {
                     if let Err(p) = t.join() {
-                        panicked = Some(panic_message(&p));
+                        panicked = Some(crate::contained::message(p.as_ref()).to_string());
                     }
                 }
                 panicked.map(|m| {
@@ -487,13 +487,6 @@ impl Drop for Execution {
         // Wake a reader waiting for room; the channels closing stops the rest.
         self.budget.close();
     }
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a thread panicked".to_string())
 }
 
 /// Starts running `tasks` in order. The execution ends after the last task; a feed (e.g. a

@@ -13,6 +13,7 @@ use super::metrics::StageSource;
 use super::router::SplitRouter;
 use crate::cache::EngineCache;
 use crate::cache::profile::{Limits, Profiler};
+use crate::contained::contained;
 use crate::engine::{Engine, EngineError, EngineOptions};
 use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
 use crate::source::read_ahead::ReadAhead;
@@ -256,13 +257,11 @@ impl Drop for Producer {
 fn profile_beside(profiler: Profiler, pipeline: &str, generation: u64, events: mpsc::UnboundedSender<Event>) {
     let pipeline = pipeline.to_string();
     let spawned = std::thread::Builder::new().name("granary-cache-profile".to_string()).spawn(move || {
-        let measured =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| profiler.measure(Limits::default())));
-        let profile = match measured {
+        let profile = match contained(|| profiler.measure(Limits::default())) {
             Ok(Some(profile)) => profile,
             Ok(None) => return,
-            Err(_) => pb::CacheProfile {
-                error: "measuring the cache profile panicked".to_string(),
+            Err(why) => pb::CacheProfile {
+                error: format!("measuring the cache profile panicked ({why})"),
                 ..pb::CacheProfile::default()
             },
         };
