@@ -56,6 +56,36 @@ pub struct Window {
     pub height: usize,
 }
 
+/// Whether `jpeg`'s markers reach a frame header (SOF0–SOF15) before the scan or the end: each
+/// marker segment before it is skipped by its length, so this reads a few dozen bytes.
+fn has_frame_header(jpeg: &[u8]) -> bool {
+    let mut at = 2; // after SOI
+    if !jpeg.starts_with(&[0xff, 0xd8]) {
+        return true; // not a JPEG's start: TurboJPEG names what is wrong
+    }
+    while at + 1 < jpeg.len() {
+        if jpeg[at] != 0xff {
+            return false;
+        }
+        let marker = jpeg[at + 1];
+        match marker {
+            // Fill bytes before a marker.
+            0xff => at += 1,
+            // Markers without a segment: TEM, RST0–RST7, SOI.
+            0x01 | 0xd0..=0xd8 => at += 2,
+            // SOF0–SOF15, but DHT (C4), JPG (C8) and DAC (CC).
+            0xc0..=0xcf if !matches!(marker, 0xc4 | 0xc8 | 0xcc) => return true,
+            // The scan, or the end, before any frame header.
+            0xda | 0xd9 => return false,
+            _ => {
+                let Some(length) = jpeg.get(at + 2..at + 4) else { return false };
+                at += 2 + usize::from(u16::from_be_bytes([length[0], length[1]]));
+            }
+        }
+    }
+    false
+}
+
 /// A TurboJPEG decompressor. Not shared between threads; [`with_decoder`] keeps one per thread.
 pub struct TurboDecoder {
     handle: NonNull<std::ffi::c_void>,
@@ -127,6 +157,12 @@ impl TurboDecoder {
     pub fn header(&mut self, jpeg: &[u8]) -> Result<JpegInfo, String> {
         if jpeg.is_empty() {
             return Err("is empty".to_string());
+        }
+        // TurboJPEG reads a stream that ends before its frame header (a file cut short, or
+        // tables only) without an error and leaves the previous image's size in place: that
+        // size would pass for this image's.
+        if !has_frame_header(jpeg) {
+            return Err("has no frame header (the file is cut short, or holds tables only)".to_string());
         }
         // SAFETY: the buffer is valid for its length during the call.
         let rc = unsafe { tj::tj3DecompressHeader(self.handle.as_ptr(), jpeg.as_ptr(), jpeg.len() as _) };
@@ -374,6 +410,25 @@ mod tests {
         d.decode_window(&bytes, &info, 8, Window { left: 0, top: 0, width: 40, height: 40 }, &mut out)
             .unwrap();
     }
+    /// TurboJPEG keeps the last image's size when a stream ends before its frame header: read
+    /// after a good image, a cut one would pass for it.
+    #[test]
+    fn a_stream_cut_before_its_frame_header_is_an_error_after_a_good_one() {
+        let mut d = TurboDecoder::new().unwrap();
+        let (bytes, _) = jpeg(60, 80);
+        let sof = bytes.windows(2).position(|w| w == [0xff, 0xc0]).unwrap();
+        d.header(&bytes).unwrap();
+        for cut in [2, 3, 20, sof, sof + 1] {
+            let err = d.header(&bytes[..cut]).unwrap_err();
+            assert!(err.contains("frame header"), "cut at {cut}: {err}");
+        }
+        assert!(d.header(&bytes[..sof + 11]).is_err(), "no scan: TurboJPEG's own error");
+        assert_eq!(d.header(&bytes).unwrap().width, 80);
+        let mut tables_only = bytes[..sof].to_vec();
+        tables_only.extend_from_slice(&[0xff, 0xd9]);
+        assert!(d.header(&tables_only).is_err());
+    }
+
     #[test]
     fn a_header_of_other_bytes_is_an_error_not_a_write_out_of_bounds() {
         let mut d = TurboDecoder::new().unwrap();
