@@ -11,12 +11,15 @@
 //! - [`window`]: the plans, for a random resized crop and for a resize and centre crop.
 //! - [`planned`]: one image's plan complete with its output (size, placement, flip), executed
 //!   from the JPEG's bytes alone.
+//! - [`row`]: one image as it travels to a consumer that makes its pixels: the plan and the
+//!   JPEG, or the pixels the worker made.
 //! - [`resize`]: the bilinear, antialiased resize of a planned box or a whole region with
 //!   `fast_image_resize`, every use of which lives here (its code is instantiated once).
 
 pub mod jpeg;
 pub mod planned;
 pub mod resize;
+pub mod row;
 pub mod window;
 
 pub use planned::PlannedImage;
