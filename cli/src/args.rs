@@ -6,6 +6,28 @@ use crate::exit::InvalidInput;
 use granary_worker::EngineOptions;
 use std::path::PathBuf;
 
+/// Where the images of a pipeline's fused image run are made (`--images`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Images {
+    /// A share on the trainer's host while it has idle cores.
+    Auto,
+    /// All on the trainer's host.
+    Client,
+    /// All on the workers.
+    Workers,
+}
+
+impl Images {
+    /// The client's option.
+    pub fn placement(self) -> granary_client::ImagePlacement {
+        match self {
+            Images::Auto => granary_client::ImagePlacement::Auto,
+            Images::Client => granary_client::ImagePlacement::Client,
+            Images::Workers => granary_client::ImagePlacement::Workers,
+        }
+    }
+}
+
 /// Arguments of `granary run`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
@@ -72,6 +94,12 @@ pub struct RunArgs {
     /// over the wire, instead of `uint8` that the client finishes (the default; same values).
     #[arg(long)]
     pub normalize_on_worker: bool,
+    /// With workers: where the images of a pipeline's final fused image run (decode, crop or
+    /// resize, flip) are made: `auto` (a share on the trainer's host while it has idle cores),
+    /// `client` (all on the trainer's host, from the workers' plans) or `workers`. The pixels
+    /// are the same bytes either way. Default: `$GRANARY_IMAGES`, else `auto`.
+    #[arg(long, value_enum, value_name = "WHERE")]
+    pub images: Option<Images>,
     /// Serve the dispatcher's Prometheus metrics at `GET /metrics` on ADDR (needs the local
     /// service: `--workers` of 1 or more, or `--serve`).
     #[arg(long, env = "GRANARY_METRICS_ADDR", value_name = "ADDR")]

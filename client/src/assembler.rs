@@ -6,9 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use granary_proto::v1::BatchPart;
-
-use crate::batch::{Batch, check_part};
+use crate::batch::{Arrived, Batch, check_part};
 use crate::error::ClientError;
 use crate::plan::Plan;
 use crate::ranges::SlotRanges;
@@ -61,7 +59,7 @@ pub(crate) struct Assembler {
 struct Current {
     plan: Plan,
     /// Parts received for incomplete slots, in plan order. Slots without an entry have none.
-    pending: HashMap<u64, Vec<Option<BatchPart>>>,
+    pending: HashMap<u64, Vec<Option<Arrived>>>,
     /// Complete batches in completion order, not yet delivered.
     ready: VecDeque<Batch>,
     ready_slots: HashSet<u64>,
@@ -69,14 +67,14 @@ struct Current {
     /// Slots delivered before a resume, for slots a partial plan adds later.
     resumed: SlotRanges,
     /// Parts of slots a partial plan does not list yet, and their identities.
-    beyond: Vec<BatchPart>,
+    beyond: Vec<Arrived>,
     beyond_seen: HashSet<(u64, u64)>,
 }
 
 /// Parts and split ends that arrived for an epoch before it became current.
 #[derive(Debug, Default)]
 struct Held {
-    parts: Vec<BatchPart>,
+    parts: Vec<Arrived>,
     seen: HashSet<(u64, u64)>,
     split_ends: Vec<u64>,
 }
@@ -121,7 +119,8 @@ impl Assembler {
 
     /// Takes a part. It is kept if its slot is in the current plan, not yet delivered and the
     /// part not yet held; parts of later epochs are held; everything else is dropped.
-    pub(crate) fn accept(&mut self, part: BatchPart) -> Result<Accepted, ClientError> {
+    pub(crate) fn accept(&mut self, part: impl Into<Arrived>) -> Result<Accepted, ClientError> {
+        let part = part.into();
         if part.epoch >= self.epochs {
             return Ok(Accepted::Unplanned);
         }
@@ -283,7 +282,7 @@ impl Current {
         !self.delivered.contains(slot) && !self.ready_slots.contains(&slot)
     }
 
-    fn accept(&mut self, part: BatchPart) -> Result<Accepted, ClientError> {
+    fn accept(&mut self, part: Arrived) -> Result<Accepted, ClientError> {
         let (epoch, slot) = (part.epoch, part.slot);
         if self.plan.partial && slot >= self.plan.len() {
             // A slot the plan does not list yet: its parts wait for the plan to grow.
@@ -313,7 +312,7 @@ impl Current {
             return Ok(Accepted::Kept);
         }
         let parts = self.pending.remove(&slot).unwrap_or_default().into_iter().flatten().collect();
-        let batch = Batch::from_parts(epoch, slot, parts).map_err(|reason| ClientError::Assembly {
+        let batch = Batch::from_arrived(epoch, slot, parts).map_err(|reason| ClientError::Assembly {
             epoch,
             slot,
             reason,

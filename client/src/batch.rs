@@ -22,6 +22,30 @@ pub struct Batch {
     pub wire_bytes: u64,
 }
 
+/// A batch part as it arrived, with the tensor bytes it took on the wire: fewer or more than its
+/// tensors hold now when its images were made on this host from the workers' plans.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Arrived {
+    pub(crate) part: BatchPart,
+    pub(crate) wire_bytes: u64,
+}
+
+impl From<BatchPart> for Arrived {
+    /// A part taken as it came: its tensors are what crossed the wire.
+    fn from(part: BatchPart) -> Arrived {
+        let wire_bytes = part.tensors.iter().map(|t| t.data.len() as u64).sum();
+        Arrived { part, wire_bytes }
+    }
+}
+
+impl std::ops::Deref for Arrived {
+    type Target = BatchPart;
+
+    fn deref(&self) -> &BatchPart {
+        &self.part
+    }
+}
+
 impl Batch {
     /// Rows in the batch (the tensors' leading axis, else the number of keys).
     pub fn len(&self) -> usize {
@@ -41,11 +65,19 @@ impl Batch {
         self.tensors.iter().find(|tensor| tensor.name == name)
     }
 
+    /// [`Batch::from_arrived`] of parts taken as they came.
+    #[cfg(test)]
+    pub(crate) fn from_parts(epoch: u32, slot: u64, parts: Vec<BatchPart>) -> Result<Batch, String> {
+        Batch::from_arrived(epoch, slot, parts.into_iter().map(Arrived::from).collect())
+    }
+
     /// Joins the parts of a slot, given in plan order, along the leading axis. A single part is
     /// used as is, without copying its data; a tensor whose final `image.normalize` the worker
     /// left to the client is normalized here, straight into the batch's buffer; the fields of
     /// `spec.batch.pad` are padded to the slot's longest row, and their mask added last.
-    pub(crate) fn from_parts(epoch: u32, slot: u64, parts: Vec<BatchPart>) -> Result<Batch, String> {
+    pub(crate) fn from_arrived(epoch: u32, slot: u64, arrived: Vec<Arrived>) -> Result<Batch, String> {
+        let wire_bytes = arrived.iter().map(|a| a.wire_bytes).sum();
+        let parts = arrived.into_iter().map(|a| a.part).collect::<Vec<_>>();
         let mut parts: Vec<BatchPart> = if parts.len() > 1 {
             // Empty parts carry nothing, and may carry no tensors at all.
             let (full, empty): (Vec<_>, Vec<_>) = parts.into_iter().partition(|part| part.hi > part.lo);
@@ -67,7 +99,6 @@ impl Batch {
             ));
         }
         let keys = parts.iter_mut().flat_map(|part| std::mem::take(&mut part.keys)).collect();
-        let wire_bytes = parts.iter().flat_map(|part| &part.tensors).map(|t| t.data.len() as u64).sum();
         let mut pieces: Vec<Vec<granary_proto::v1::Tensor>> =
             (0..columns).map(|_| Vec::with_capacity(parts.len())).collect();
         for part in parts {
@@ -138,6 +169,7 @@ fn finish_and_join(pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, Str
                 data: done.data,
                 normalize: None,
                 padding: piece.padding,
+                images: None,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -240,6 +272,7 @@ mod tests {
                     data: Bytes::from(vec![fill; rows as usize * 2]),
                     normalize: None,
                     padding: None,
+                    images: None,
                 },
                 granary_proto::v1::Tensor {
                     name: "label".into(),
@@ -248,6 +281,7 @@ mod tests {
                     data: Bytes::from(vec![fill; rows as usize * 8]),
                     normalize: None,
                     padding: None,
+                    images: None,
                 },
             ],
         }
@@ -276,6 +310,7 @@ mod tests {
                     layout: "CHW".into(),
                 }),
                 padding: None,
+                images: None,
             }],
         }
     }
@@ -296,6 +331,7 @@ mod tests {
             data: on_worker.data,
             normalize: None,
             padding: None,
+            images: None,
         };
         let mixed = Batch::from_parts(0, 0, vec![worker_part, b]).unwrap();
         assert_eq!(mixed.tensors, client.tensors);

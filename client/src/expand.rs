@@ -153,6 +153,7 @@ mod tests {
             ),
             normalize: Some(Normalize { mean: MEAN.to_vec(), std: STD.to_vec(), layout: layout.into() }),
             padding: None,
+            images: None,
         }
     }
 

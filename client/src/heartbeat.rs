@@ -88,6 +88,7 @@ async fn register_again(dispatcher: &mut Dispatcher, session: &Session, streams:
         num_consumers: consumer.num_consumers,
         resume: Some(session.resume_point()),
         wants_data: session.wants_data(),
+        image_plans: consumer.image_plans,
     };
     match dispatcher::register(dispatcher, &session.address, session.tls().is_some(), request).await {
         Ok(response) => {

@@ -44,6 +44,50 @@ pub struct ClientOptions {
     /// certificate, if the trainer has one; [`ClientOptions::tls_from_ca`] reads a CA file).
     /// `None` reads the CA from `$GRANARY_TLS_CA`, and without either the client dials plaintext.
     pub tls: Option<granary_security::TlsMaterial>,
+    /// Where the images of the pipeline's fused image run are made (placement). `None` reads
+    /// `$GRANARY_IMAGES` (`auto`, `client` or `workers`), and without it: [`ImagePlacement::Auto`].
+    pub images: Option<ImagePlacement>,
+}
+
+/// Environment variable read when [`ClientOptions::images`] is `None`.
+pub const IMAGES_ENV: &str = "GRANARY_IMAGES";
+
+/// Where the images of a pipeline's fused image run (decode, crop or resize, flip) are made.
+/// Either way the pixels are the same bytes: this host executes the plans the workers make,
+/// with the workers' own code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImagePlacement {
+    /// The dispatcher moves a share of them to this host while it has idle cores, and back to
+    /// the workers when it has none.
+    #[default]
+    Auto,
+    /// All of them on this host.
+    Client,
+    /// All of them on the workers.
+    Workers,
+}
+
+impl ImagePlacement {
+    /// Reads `auto`, `client` or `workers`.
+    pub fn parse(value: &str) -> Result<ImagePlacement, ClientError> {
+        match value.trim() {
+            "auto" => Ok(ImagePlacement::Auto),
+            "client" => Ok(ImagePlacement::Client),
+            "workers" => Ok(ImagePlacement::Workers),
+            other => Err(ClientError::InvalidOptions(format!(
+                "images: `{other}` is not a placement; use `auto`, `client` or `workers`"
+            ))),
+        }
+    }
+
+    /// What the registration asks for.
+    pub(crate) fn to_proto(self) -> granary_proto::v1::ImagePlans {
+        match self {
+            ImagePlacement::Auto => granary_proto::v1::ImagePlans::Auto,
+            ImagePlacement::Client => granary_proto::v1::ImagePlans::Always,
+            ImagePlacement::Workers => granary_proto::v1::ImagePlans::Never,
+        }
+    }
 }
 
 impl ClientOptions {
@@ -59,6 +103,20 @@ impl ClientOptions {
             resume: None,
             token: None,
             tls: None,
+            images: None,
+        }
+    }
+
+    /// Where the images are made: the option, else `$GRANARY_IMAGES`, else
+    /// [`ImagePlacement::Auto`].
+    pub fn images(&self) -> Result<ImagePlacement, ClientError> {
+        if let Some(images) = self.images {
+            return Ok(images);
+        }
+        match std::env::var(IMAGES_ENV) {
+            Ok(value) if !value.trim().is_empty() => ImagePlacement::parse(&value)
+                .map_err(|e| ClientError::InvalidOptions(format!("{IMAGES_ENV}: {}", unprefixed(&e)))),
+            _ => Ok(ImagePlacement::Auto),
         }
     }
 

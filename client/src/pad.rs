@@ -208,6 +208,7 @@ mod tests {
                 multiple_of,
                 mask: "ids_mask".into(),
             }),
+            images: None,
         }
     }
 

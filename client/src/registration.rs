@@ -27,6 +27,7 @@ impl Registration {
         if options.pipeline.trim().is_empty() {
             return Err(ClientError::InvalidOptions("no pipeline given".into()));
         }
+        let image_plans = options.images()?.to_proto().into();
         let Some(position) = options.resume.as_ref() else {
             return Ok(Registration {
                 request: RegisterClientRequest {
@@ -37,6 +38,7 @@ impl Registration {
                     num_consumers: options.num_consumers.max(1),
                     resume: None,
                     wants_data: true,
+                    image_plans,
                 },
                 epoch: 0,
                 delivered: SlotRanges::default(),
@@ -79,6 +81,7 @@ impl Registration {
                     plan_fingerprint: position.plan_fingerprint,
                 }),
                 wants_data: true,
+                image_plans,
             },
             epoch: position.epoch,
             delivered,
@@ -119,6 +122,7 @@ impl Registration {
             num_consumers,
             mode,
             plan_fingerprint: response.plan_fingerprint,
+            image_plans: self.request.image_plans,
         })
     }
 }

@@ -25,6 +25,8 @@ pub(crate) struct Consumer {
     pub(crate) num_consumers: u32,
     pub(crate) mode: Mode,
     pub(crate) plan_fingerprint: u64,
+    /// Where it wants the images made (`RegisterClientRequest.image_plans`).
+    pub(crate) image_plans: i32,
 }
 
 /// How far the consumer got, updated by `next()` and read by the heartbeat.
@@ -238,6 +240,7 @@ mod tests {
             num_consumers: 1,
             mode: Mode::Distributed,
             plan_fingerprint: 0,
+            image_plans: 0,
         };
         let session = Session::new(consumer, "d".into(), "c".into(), 0, SlotRanges::default());
         let cap = granary_proto::MAX_MESSAGE_BYTES;

@@ -14,15 +14,17 @@ use tokio::sync::{mpsc, watch};
 use tonic::transport::Endpoint;
 
 use crate::backoff::Backoff;
+use crate::batch::Arrived;
 use crate::endpoint;
+use crate::images;
 use crate::session::Session;
 use crate::task::TaskGuard;
 
 /// What a worker stream delivers to the client.
 #[derive(Debug)]
 pub(crate) enum StreamEvent {
-    /// A batch part.
-    Part(BatchPart),
+    /// A batch part, its images made when the workers left them to this host.
+    Part(Arrived),
     /// Every part of `split` in `epoch` for this consumer was sent before.
     SplitEnd {
         /// The epoch.
@@ -30,7 +32,8 @@ pub(crate) enum StreamEvent {
         /// The split.
         split: u64,
     },
-    /// The dispatcher says the pipeline failed, and why.
+    /// The dispatcher says the pipeline failed, and why; or an image left to this host could
+    /// not be made.
     Failed(String),
 }
 
@@ -154,7 +157,8 @@ impl WorkerStream {
         loop {
             let event = match stream.message().await {
                 Ok(Some(message)) => match message.kind {
-                    Some(Kind::Part(part)) => StreamEvent::Part(part),
+                    Some(Kind::Part(part)) if images::has_plans(&part) => made(part).await,
+                    Some(Kind::Part(part)) => StreamEvent::Part(part.into()),
                     Some(Kind::SplitEnd(end)) => StreamEvent::SplitEnd { epoch: end.epoch, split: end.split },
                     None => continue,
                 },
@@ -173,5 +177,17 @@ impl WorkerStream {
                 return Ended::ClientGone;
             }
         }
+    }
+}
+
+/// `part` with the images left to this host made, on blocking threads: the stream reads its next
+/// message once they are, so a part and the split's end keep their order.
+async fn made(mut part: BatchPart) -> StreamEvent {
+    let wire_bytes = part.tensors.iter().map(|t| t.data.len() as u64).sum();
+    let made = tokio::task::spawn_blocking(move || images::make(&mut part, images::threads()).map(|()| part));
+    match made.await {
+        Ok(Ok(part)) => StreamEvent::Part(Arrived { part, wire_bytes }),
+        Ok(Err(why)) => StreamEvent::Failed(why),
+        Err(error) => StreamEvent::Failed(format!("making the images of a part failed: {error}")),
     }
 }

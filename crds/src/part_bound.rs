@@ -16,8 +16,10 @@ use crate::source::SourceFormat;
 /// Longest element key allowed for in a static bound: an object key or path (S3 keys are at most
 /// 1,024 bytes, Linux paths 4,096).
 pub const MAX_KEY_BYTES: u64 = 4096;
-/// Framing per element: the key's tag and length prefix.
-const KEY_FRAMING_BYTES: u64 = 16;
+/// Framing per element: the key's tag and length prefix, and for an image the consumer makes
+/// (`Tensor.images`), its row's kind byte and length (its plan and JPEG are never larger than its
+/// pixels).
+const KEY_FRAMING_BYTES: u64 = 32;
 /// Framing per part: its header, and each tensor's name, dtype, shape and normalization tables.
 const PART_FRAMING_BYTES: u64 = 64 << 10;
 /// Bytes of the scalar `int64` label a `files` or `webdataset` sample may carry.

@@ -35,6 +35,7 @@ pub struct Exposition {
     consumers: GaugeVec,
     epoch: GaugeVec,
     normalize_on_worker: GaugeVec,
+    image_share: GaugeVec,
     batches: IntCounterVec,
     demand: GaugeVec,
     buffered: GaugeVec,
@@ -117,6 +118,12 @@ impl Exposition {
                 "granary_dispatcher_job_normalize_on_worker",
                 "1 while the workers apply the pipeline's final float32 normalization for the trainer \
                  job (placement: its trainers' hosts have no idle cores), 0 while its clients do.",
+                &JOB,
+            )?,
+            image_share: gauges(
+                "granary_dispatcher_job_image_share",
+                "Share of the trainer job's leases whose images its trainers' hosts make from the \
+                 workers' plans (placement of the image run), 0 to 1.",
                 &JOB,
             )?,
             batches: counters(
@@ -242,6 +249,7 @@ impl Exposition {
             &self.consumers,
             &self.epoch,
             &self.normalize_on_worker,
+            &self.image_share,
             &self.demand,
             &self.buffered,
             &self.cache_state,
@@ -314,6 +322,7 @@ impl Exposition {
             self.normalize_on_worker
                 .with_label_values(&labels)
                 .set(f64::from(u8::from(job.normalize_on_worker)));
+            self.image_share.with_label_values(&labels).set(job.image_share);
         }
         for (job, totals) in dispatcher.trainer_totals(pipeline) {
             let labels = [namespace, name, job.as_str()];

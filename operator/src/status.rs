@@ -347,6 +347,7 @@ mod tests {
     fn job(epoch: u32, declared: u32, finished: u32) -> JobProgress {
         JobProgress {
             normalize_on_worker: false,
+            image_share: 0.0,
             job: "j".into(),
             consumers: declared,
             declared,

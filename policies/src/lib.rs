@@ -68,6 +68,7 @@ pub mod estimate;
 pub mod granary;
 pub mod hpa;
 pub mod idle;
+pub mod image_placement;
 pub mod inputs;
 pub mod placement;
 pub mod policy;

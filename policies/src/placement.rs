@@ -38,7 +38,7 @@ pub const HYSTERESIS_CORES: f64 = 0.25;
 pub const ASSUMED_FINISH_CORES: f64 = 0.25;
 
 /// What one consumer's client reported.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostLoad {
     /// Cores its host left idle over the last interval; `None` when it cannot measure them.
     pub idle_cores: Option<f64>,

@@ -125,6 +125,7 @@ impl Client {
             resume,
             token,
             tls,
+            images: None,
         };
         let client = py.detach(|| BlockingClient::open(options)).map_err(|error| errors::to_py(py, error))?;
         let inner = client.client();

@@ -2,8 +2,11 @@
 
 use crate::batch::{self, Batch, BatchError, Finish};
 use crate::cache::{EngineCache, entries};
-use crate::executor::{self, ExecError, ExecOptions, Execution, Output, Plan, Stage, Task, Tasks};
+use crate::executor::{
+    self, ClientImages, ExecError, ExecOptions, Execution, Output, Plan, PlannedOutput, Stage, Task, Tasks,
+};
 use crate::ops::image::fused::ImagePath;
+use crate::ops::image::planning::ImagePlanning;
 use crate::ops::python::{Interpreter, PythonStages, StartError};
 use crate::ops::{self, BuildContext, BuildError};
 use crate::seed::{SeededRng, Stream};
@@ -234,7 +237,29 @@ impl Engine {
             stages.push(Stage { name: spec.stages[i].display_name().to_string(), path, op, first: i });
             i += 1;
         }
+        // The final fused image run's planning form, for leases whose images the consumers make.
+        let client_images = match (options.defer_normalize, &spec.batch.pad, stages.last()) {
+            (true, None, Some(last)) => {
+                ImagePlanning::of(&configs[last.first..], options.image_path).map(|planning| ClientImages {
+                    stage: stages.len() - 1,
+                    op: planning.op,
+                    padding: Arc::new(crate::batch::Padding {
+                        fields: vec![planning.field.clone()],
+                        multiple_of: 1,
+                        value: 0.0,
+                        mask: String::new(),
+                    }),
+                    output: PlannedOutput {
+                        field: planning.field,
+                        height: planning.height,
+                        width: planning.width,
+                    },
+                })
+            }
+            _ => None,
+        };
         let mut plan = Plan {
+            client_images,
             stages,
             seed: spec.seed,
             batch_size: spec.batch.size.max(1) as usize,
@@ -284,6 +309,13 @@ impl Engine {
     /// reads, and each rewrite (see [`granary_optimizer::Plan::explain`]).
     pub fn optimized(&self) -> &granary_optimizer::Plan {
         &self.optimized
+    }
+
+    /// The images a lease's consumers make when it says `images_on_client`: the field and the
+    /// images' size; `None` when the pipeline does not end in a fused image run that can be
+    /// planned (see `crate::ops::image::planning`).
+    pub fn planned_output(&self) -> Option<&PlannedOutput> {
+        self.plan.client_images.as_ref().map(|images| &images.output)
     }
 
     /// The final normalization left to the consumer, with `EngineOptions::defer_normalize`.

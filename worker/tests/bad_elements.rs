@@ -161,6 +161,7 @@ fn run_panicking(name: &str, skip_errors: bool) -> Option<(Vec<String>, Splits, 
         spec_stages: 1,
         cache: None,
         skip_errors,
+        client_images: None,
     };
     let options = ExecOptions { threads: 2, most_threads: 2, prefetch_bytes: 1 << 20, finish: None };
     // A feed that stays open, as a worker's does: the execution cannot end by running out of

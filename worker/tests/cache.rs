@@ -86,7 +86,11 @@ fn run(engine: &Engine, tasks: Vec<Task>) -> (Vec<Batch>, Vec<(Task, u64, CacheO
 }
 
 fn tasks(engine: &Engine, epoch: u32, cache: impl Fn(usize) -> CacheUse) -> Vec<Task> {
-    engine.split_order(epoch).into_iter().map(|split| Task { epoch, split, cache: cache(split) }).collect()
+    engine
+        .split_order(epoch)
+        .into_iter()
+        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
+        .collect()
 }
 
 /// Elements of each split, from a compute run.

@@ -144,7 +144,7 @@ fn run(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> Served {
     let tasks: Vec<Task> = engine
         .split_order(0)
         .into_iter()
-        .map(|split| Task { epoch: 0, split, cache: cache(split) })
+        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: false })
         .collect();
     let mut batches = Vec::new();
     let mut outcomes = Vec::new();

@@ -117,8 +117,10 @@ fn run(
     splits: impl IntoIterator<Item = usize>,
     cache: impl Fn(usize) -> CacheUse,
 ) -> (Comparable, Vec<(usize, u64, CacheOutcome)>) {
-    let tasks: Vec<Task> =
-        splits.into_iter().map(|split| Task { epoch, split, cache: cache(split) }).collect();
+    let tasks: Vec<Task> = splits
+        .into_iter()
+        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
+        .collect();
     let mut batches = Vec::new();
     let mut done = Vec::new();
     for output in engine.run_tasks(Box::new(tasks.into_iter())) {

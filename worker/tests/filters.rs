@@ -199,7 +199,7 @@ fn a_cache_entry_written_before_a_filter_reads_back_as_computing() {
         cached
             .split_order(epoch)
             .into_iter()
-            .map(|split| Task { epoch, split, cache: cache(split) })
+            .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
             .collect()
     };
     // The entry holds every element at the cut: the listed count, not the filtered one.

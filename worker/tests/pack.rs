@@ -112,7 +112,7 @@ fn run_tasks(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> (Vec<Batch>,
     let tasks: Vec<Task> = engine
         .split_order(0)
         .into_iter()
-        .map(|split| Task { epoch: 0, split, cache: cache(split) })
+        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: false })
         .collect();
     let mut batches = Vec::new();
     let mut counts = BTreeMap::new();

@@ -199,6 +199,7 @@ async fn start_stub(
         count_first: false,
         listed: 16,
         normalize_on_worker: false,
+        images_on_client: false,
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen), capability_key };

@@ -88,6 +88,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             credentials: None,
             journal: None,
             normalize_on_worker: false,
+            images: None,
             metrics_addr: None,
             cache_max_bytes: None,
         };

@@ -18,6 +18,7 @@ pub async fn consume(
 ) -> anyhow::Result<RunSummary> {
     let mut options = ClientOptions::new(pipeline);
     options.dispatcher = Some(address.to_string());
+    options.images = args.images.map(crate::args::Images::placement);
     let mut client = Client::open(options).await?;
     let mut tally = Tally::new(pipeline.to_string(), threads, client.epochs(), args).count_padding(manifest);
     while !tally.is_full() {

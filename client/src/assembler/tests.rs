@@ -36,6 +36,7 @@ fn part(epoch: u32, slot: u64, split: u64, lo: u64, hi: u64) -> BatchPart {
             data: Bytes::from((lo..hi).map(|i| i as u8).collect::<Vec<u8>>()),
             normalize: None,
             padding: None,
+            images: None,
         }],
     }
 }

@@ -66,6 +66,7 @@ pub fn part(epoch: u32, slot: u64, split: u64, lo: u64, hi: u64) -> StreamMessag
                 data: Bytes::from((lo..hi).map(|i| (split * 100 + i) as u8).collect::<Vec<u8>>()),
                 normalize: None,
                 padding: None,
+                images: None,
             }],
         })),
     }

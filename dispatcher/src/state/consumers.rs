@@ -1,8 +1,9 @@
 //! The client-facing rules: consumers joining jobs, resuming, heartbeats, plans and replays.
 
 use super::demand::Demand;
+use super::placement::image_wish;
 use super::tallies::{SessionSeen, TrainerTotals};
-use super::{Consumer, DispatchError, Job, MixFacts, Replay, SplitStatus, State, check_name};
+use super::{Consumer, DispatchError, ImagePlacement, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
 use granary_policies::placement::{HostLoad, Place, remembered_finish_cores};
 use granary_proto::v1 as pb;
@@ -100,6 +101,7 @@ impl State {
                 last_alive: 0,
                 journaled,
                 place: Place::default(),
+                images: ImagePlacement::default(),
             },
         );
         Ok(())
@@ -207,8 +209,11 @@ impl State {
                 seen: SessionSeen::default(),
                 demand: Demand::registered(now, req.wants_data, &self.timing),
                 host: HostLoad { idle_cores: None, last_finish_cores: None },
+                images: image_wish(req.image_plans),
             },
         );
+        // A consumer that asks for every image on its host gets them from the first lease.
+        job.place_images(&req.pipeline, &job_name, now);
         if req.wants_data {
             p.asked(&job_name);
             self.leasable = true;
@@ -304,6 +309,7 @@ impl State {
             }
         }
         job.place_normalization(&req.pipeline, &req.job);
+        job.place_images(&req.pipeline, &req.job, now);
         // Epochs every consumer is past are no longer needed.
         let slowest = job.slowest_epoch(epochs);
         job.epochs.retain(|&e, _| e + 1 >= slowest);

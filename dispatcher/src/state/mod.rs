@@ -23,6 +23,7 @@ pub use events::Event;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
 use crate::plan::{EpochPlan, MixPlan, MixStop, Mode, PlanSettings};
+use granary_policies::image_placement::{ImageWish, ShareMarks};
 use granary_policies::placement::{HostLoad, Place};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -294,6 +295,8 @@ pub(crate) struct Consumer {
     pub(crate) demand: demand::Demand,
     /// What its host reported, for placement.
     pub(crate) host: HostLoad,
+    /// Where it wants the images of the pipeline's fused image run made.
+    pub(crate) images: ImageWish,
 }
 
 /// The failed attempts at one split of one epoch, and the last one's worker and error.
@@ -324,6 +327,20 @@ pub(crate) struct Job {
     pub(crate) journaled: bool,
     /// Where the final normalization runs for the job's next leases ([`placement`]).
     pub(crate) place: Place,
+    /// The share of its images the consumers' hosts make, and which leases carry it
+    /// ([`placement`]).
+    pub(crate) images: ImagePlacement,
+}
+
+/// A job's placement of its image run: the share of its leases marked for the consumers.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ImagePlacement {
+    /// The share (0 to 1).
+    pub(crate) share: f64,
+    /// When it last moved (the state's clock); `None` before it ever did.
+    pub(crate) moved_at: Option<u64>,
+    /// Which leases are marked.
+    pub(crate) marks: ShareMarks,
 }
 
 impl Job {
@@ -409,7 +426,7 @@ pub struct MetricsSnapshot {
 }
 
 /// Progress of one job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobProgress {
     /// Job name.
     pub job: String,
@@ -428,6 +445,8 @@ pub struct JobProgress {
     /// Whether the workers apply the final normalization for it now (placement), rather than
     /// its clients.
     pub normalize_on_worker: bool,
+    /// The share of its images its consumers' hosts make now (placement), 0 to 1.
+    pub image_share: f64,
 }
 
 /// How many times a pipeline's splits were leased, completed, and put back in the queue (given
@@ -687,6 +706,7 @@ impl State {
                     batches.div_ceil(sharing)
                 },
                 normalize_on_worker: job.normalize_on_worker(),
+                image_share: job.images.share,
             })
             .collect()
     }

@@ -1,9 +1,22 @@
-//! Placement of a job's final normalization (see `granary_policies::placement`): decided at
-//! each of its consumers' heartbeats, from what their hosts reported, and carried by every
-//! lease of the job (`Lease.normalize_on_worker`).
+//! Placement of a job's final normalization (see `granary_policies::placement`) and of its
+//! image run (`granary_policies::image_placement`): decided at each of its consumers'
+//! heartbeats, from what their hosts reported, and carried by the job's leases
+//! (`Lease.normalize_on_worker` on every one, `Lease.images_on_client` on a share of them).
 
 use super::Job;
+use granary_policies::image_placement::{IMAGE_SHARE_STEP, IMAGE_STEP_MS, ImageWish, image_share};
 use granary_policies::placement::{HostLoad, Place, place};
+use granary_proto::v1 as pb;
+
+/// What a registration's `image_plans` asks for.
+pub(crate) fn image_wish(plans: i32) -> ImageWish {
+    match pb::ImagePlans::try_from(plans) {
+        Ok(pb::ImagePlans::Auto) => ImageWish::Auto,
+        Ok(pb::ImagePlans::Always) => ImageWish::Always,
+        Ok(pb::ImagePlans::Never) => ImageWish::Never,
+        Ok(pb::ImagePlans::Unsupported) | Err(_) => ImageWish::Unsupported,
+    }
+}
 
 impl Job {
     /// Decides again where the job's final normalization runs, from its reading consumers'
@@ -29,9 +42,41 @@ impl Job {
         }
     }
 
-    /// Whether the workers apply the final normalization to the job's next leases.
+    /// Whether the workers apply the final normalization to the job's next leases: not for a
+    /// lease whose images the consumers make, which finish them too.
     pub(crate) fn normalize_on_worker(&self) -> bool {
-        self.place == Place::Workers
+        self.place == Place::Workers && self.images.share < 1.0
+    }
+
+    /// Decides again, at most once every [`IMAGE_STEP_MS`], the share of the job's images its
+    /// reading consumers' hosts make; logs a change.
+    pub(crate) fn place_images(&mut self, pipeline: &str, job: &str, now: u64) {
+        let consumers: Vec<(ImageWish, HostLoad)> =
+            self.consumers.values().filter(|c| !c.gone && !c.finished).map(|c| (c.images, c.host)).collect();
+        let images = &mut self.images;
+        let next = image_share(images.share, self.place, &consumers);
+        // A step up waits for the last move to show in the hosts' idle cores; a step down, or
+        // a jump the consumers' wishes make, does not wait.
+        let step_up = next > images.share && next - images.share <= IMAGE_SHARE_STEP + 1e-9;
+        let waits = images.moved_at.is_some_and(|at| now < at.saturating_add(IMAGE_STEP_MS));
+        if next == images.share || (step_up && waits) {
+            return;
+        }
+        tracing::info!(
+            pipeline,
+            job,
+            from = images.share,
+            to = next,
+            "placement: the share of images the trainers' hosts make moves"
+        );
+        images.share = next;
+        images.moved_at = Some(now);
+    }
+
+    /// Whether the job's next lease has its consumers make its images.
+    pub(crate) fn images_on_client(&mut self) -> bool {
+        let share = self.images.share;
+        self.images.marks.next(share)
     }
 }
 
@@ -95,5 +140,69 @@ mod tests {
         beat(&mut s, &first, Some(4.0), 0.2, 1);
         beat(&mut s, &second, Some(0.0), 0.2, 1);
         assert!(s.lease(&w, 2).unwrap().unwrap().normalize_on_worker);
+    }
+
+    fn join_wanting(
+        s: &mut super::super::State,
+        job: &str,
+        plans: pb::ImagePlans,
+    ) -> pb::RegisterClientResponse {
+        let req = pb::RegisterClientRequest {
+            pipeline: "p".into(),
+            job: job.into(),
+            wants_data: true,
+            image_plans: plans.into(),
+            ..Default::default()
+        };
+        s.register_client(&req, 0).unwrap()
+    }
+
+    /// Marks on the next `n` leases of the state's only worker, from `now` on.
+    fn marks(s: &mut super::super::State, w: &str, n: u64, now: u64) -> Vec<bool> {
+        (0..n).map(|i| s.lease(w, now + i).unwrap().unwrap().images_on_client).collect()
+    }
+
+    #[test]
+    fn leases_carry_the_images_to_clients_that_ask_for_them_and_never_to_older_clients() {
+        let (mut s, w) = setup(40);
+        let always = join_wanting(&mut s, "always", pb::ImagePlans::Always);
+        let leases: Vec<pb::Lease> = (0..4).map(|i| s.lease(&w, 1 + i).unwrap().unwrap()).collect();
+        assert!(leases.iter().all(|l| l.images_on_client && !l.normalize_on_worker), "every lease, at once");
+        // A busy host: the normalization stays with the images it finishes.
+        beat(&mut s, &always, Some(0.0), 0.3, 10);
+        assert!(marks(&mut s, &w, 2, 11).iter().all(|&m| m));
+        assert!(!s.lease(&w, 20).unwrap().unwrap().normalize_on_worker);
+        let (mut s, w) = setup(40);
+        let older = join(&mut s, "older", 0);
+        beat(&mut s, &older, Some(8.0), 0.0, 1);
+        assert_eq!(marks(&mut s, &w, 4, 2), [false; 4], "a client that cannot execute plans");
+        let (mut s, w) = setup(40);
+        let never = join_wanting(&mut s, "never", pb::ImagePlans::Never);
+        beat(&mut s, &never, Some(8.0), 0.0, 1);
+        assert_eq!(marks(&mut s, &w, 4, 2), [false; 4]);
+    }
+
+    #[test]
+    fn an_idle_host_takes_a_growing_share_of_the_images_and_a_busy_one_gives_them_back() {
+        let (mut s, w) = setup(400);
+        let auto = join_wanting(&mut s, "auto", pb::ImagePlans::Auto);
+        assert_eq!(marks(&mut s, &w, 8, 1), [false; 8], "nothing measured yet");
+        // 4 idle cores: one step now, the next only once it could show in the host's figures.
+        beat(&mut s, &auto, Some(4.0), 0.0, 100);
+        assert_eq!(marks(&mut s, &w, 8, 101).iter().filter(|&&m| m).count(), 1, "an eighth");
+        beat(&mut s, &auto, Some(4.0), 0.0, 600);
+        assert_eq!(marks(&mut s, &w, 8, 601).iter().filter(|&&m| m).count(), 1, "too soon to step again");
+        let mut now = 600;
+        for _ in 0..7 {
+            now += granary_policies::image_placement::IMAGE_STEP_MS;
+            beat(&mut s, &auto, Some(4.0), 0.0, now);
+        }
+        assert_eq!(marks(&mut s, &w, 8, now + 1), [true; 8], "all of them");
+        // The host gets busy: the share falls at once, twice as fast as it grew.
+        beat(&mut s, &auto, Some(0.6), 0.4, now + 10);
+        assert_eq!(marks(&mut s, &w, 8, now + 11).iter().filter(|&&m| m).count(), 6);
+        beat(&mut s, &auto, Some(0.0), 0.4, now + 20);
+        beat(&mut s, &auto, Some(0.0), 0.4, now + 30);
+        assert_eq!(marks(&mut s, &w, 8, now + 31), [false; 8], "the normalization moved: no images");
     }
 }

@@ -38,6 +38,15 @@ struct SplitState {
     rows: Vec<Element>,
 }
 
+/// How `task`'s batches pad: ragged image rows for a task whose images are planned
+/// ([`Plan::plans_images`]), else `spec.batch.pad`.
+fn padding(plan: &Plan, task: Task) -> Option<Arc<crate::batch::Padding>> {
+    match &plan.client_images {
+        Some(images) if plan.plans_images(task) => Some(Arc::clone(&images.padding)),
+        _ => plan.padding.clone(),
+    }
+}
+
 type Out<'a> = &'a Sender<Result<Output, ExecError>>;
 
 impl SplitState {
@@ -48,7 +57,7 @@ impl SplitState {
             task,
             split_id,
             shuffle,
-            batcher: Batcher::new(plan.batch_size, plan.padding.clone(), plan.bucketing.clone()),
+            batcher: Batcher::new(plan.batch_size, padding(plan, task), plan.bucketing.clone()),
             sequence: 0,
             elements: 0,
             writing,

@@ -208,14 +208,14 @@ fn advance(
     times: &StageTimes,
 ) -> Result<(), ExecError> {
     if let Some(cut) = p.cut.filter(|c| (p.at..=to).contains(c) && p.record.is_none()) {
-        if super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times)? == Fate::Drop {
+        if super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times, false)? == Fate::Drop {
             p.kept = false;
             return Ok(());
         }
         p.record = Some(record::to_bytes(&member.element));
         p.at = cut;
     }
-    if super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times)? == Fate::Drop {
+    if super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times, false)? == Fate::Drop {
         p.kept = false;
         return Ok(());
     }

@@ -91,6 +91,33 @@ pub struct Plan {
     /// `spec.errors.policy: skip`: an element a stage fails on is dropped and counted instead of
     /// failing its split.
     pub skip_errors: bool,
+    /// The planning form of the pipeline's final fused image run, for tasks whose images the
+    /// consumer makes ([`Task::images_on_client`]); `None` when the pipeline has none.
+    pub client_images: Option<ClientImages>,
+}
+
+/// A final fused image run in the form that plans its images rather than making them
+/// (`crate::ops::image::planning`).
+pub struct ClientImages {
+    /// Index in [`Plan::stages`] of the fused run (the last stage).
+    pub stage: usize,
+    /// The planning operator, run in its place.
+    pub op: Box<dyn Operator>,
+    /// The field's rows differ in length: batches keep them ragged, as `spec.batch.pad` does.
+    pub padding: Arc<crate::batch::Padding>,
+    /// The images the consumer makes from the rows.
+    pub output: PlannedOutput,
+}
+
+/// The images a consumer makes from planned rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedOutput {
+    /// The image field.
+    pub field: String,
+    /// Rows of each image.
+    pub height: usize,
+    /// Columns of each image.
+    pub width: usize,
 }
 
 impl Plan {
@@ -120,6 +147,36 @@ impl Plan {
     /// assembler runs over whole splits (with the stages after it); all when nothing packs.
     pub fn element_stages(&self) -> usize {
         self.stages.iter().position(|s| s.op.packing().is_some()).unwrap_or(self.stages.len())
+    }
+
+    /// Whether `task`'s images are planned for the consumer: it asks for that, the pipeline ends
+    /// in a fused image run, and the task computes that run (from the source, or from a cache
+    /// entry cut before it). A task that writes an entry makes its images: an entry holds
+    /// computed elements. Nor does a pipeline whose stages take groups or pack (its elements do
+    /// not go through the stages one at a time), or that skips the elements a stage fails on.
+    pub fn plans_images(&self, task: Task) -> bool {
+        let Some(images) = self.client_images.as_ref().filter(|_| task.images_on_client) else {
+            return false;
+        };
+        // Under `spec.errors.policy: skip`, an image whose decode fails is dropped, which only
+        // the worker can do: the consumer's batch is planned by then.
+        if self.skip_errors || self.group_size().is_some() || self.element_stages() != self.stages.len() {
+            return false;
+        }
+        match task.cache {
+            CacheUse::Compute => true,
+            CacheUse::Write { .. } => false,
+            CacheUse::Read { cut, .. } => self.stages.get(images.stage).is_some_and(|s| cut <= s.first),
+        }
+    }
+
+    /// The operator of `stages[i]` for `task`: the planning form of the image run for a task
+    /// whose images the consumer makes ([`Plan::plans_images`], decided once per task).
+    fn op(&self, i: usize, plans_images: bool) -> &dyn Operator {
+        match &self.client_images {
+            Some(images) if plans_images && images.stage == i => images.op.as_ref(),
+            _ => self.stages[i].op.as_ref(),
+        }
     }
 
     /// The index in `stages` where cut `cut` of `spec.stages` falls (the entry holds the output
@@ -169,12 +226,15 @@ pub struct Task {
     pub split: usize,
     /// Whether it writes or reads the cache.
     pub cache: CacheUse,
+    /// The consumer makes the images of the pipeline's final fused image run: they are planned
+    /// and sent with their JPEG (see [`Plan::plans_images`]).
+    pub images_on_client: bool,
 }
 
 impl Task {
     /// A task that computes split `split` of epoch `epoch`.
     pub fn compute(epoch: u32, split: usize) -> Task {
-        Task { epoch, split, cache: CacheUse::Compute }
+        Task { epoch, split, cache: CacheUse::Compute, images_on_client: false }
     }
 }
 
@@ -770,8 +830,9 @@ fn run_element(
     times: &StageTimes,
 ) -> Result<Ran, ExecError> {
     let n = plan.element_stages();
+    let images = plan.plans_images(task);
     let ran = match write_cut(plan, task, start) {
-        None => match apply(plan, start.min(n)..n, element, rng, times) {
+        None => match apply(plan, start.min(n)..n, element, rng, times, images) {
             Ok(fate) => Ran { fate, record: None, skipped: None },
             Err(error) => Ran::failed(plan, error, None)?,
         },
@@ -780,13 +841,13 @@ fn run_element(
             // element reaches its cut. (One dropped before it would leave the entry short, and a
             // short entry is recomputed rather than read.) One skipped before it stops the
             // split's entry from being written (see the assembler).
-            let mut fate = match apply(plan, 0..j, element, rng, times) {
+            let mut fate = match apply(plan, 0..j, element, rng, times, images) {
                 Ok(fate) => fate,
                 Err(error) => return Ran::failed(plan, error, None),
             };
             let record = (fate == Fate::Keep).then(|| record::to_bytes(element));
             if fate == Fate::Keep {
-                fate = match apply(plan, j..n, element, rng, times) {
+                fate = match apply(plan, j..n, element, rng, times, images) {
                     Ok(fate) => fate,
                     Err(error) => return Ran::failed(plan, error, record),
                 };
@@ -817,23 +878,29 @@ pub(super) fn panicked(why: String) -> OpError {
     ))
 }
 
-/// Runs `stages` on an element in order; stops at the first that drops it.
+/// Runs `stages` on an element in order; stops at the first that drops it. With
+/// `plans_images` ([`Plan::plans_images`] of the element's task), the image run is planned.
 fn apply(
     plan: &Plan,
     stages: std::ops::Range<usize>,
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
+    plans_images: bool,
 ) -> Result<Fate, ExecError> {
     let mut start = Instant::now();
-    for (stage, nanos) in plan.stages[stages.clone()].iter().zip(&times.nanos[stages]) {
-        let fate = contained(|| stage.op.run(element, rng))
-            .unwrap_or_else(|why| Err(panicked(why)))
-            .map_err(|e| ExecError::Op {
-                path: stage.path.clone(),
-                stage: stage.name.clone(),
-                key: element.key.clone(),
-                message: e.0,
+    for ((i, stage), nanos) in
+        plan.stages.iter().enumerate().skip(stages.start).take(stages.len()).zip(&times.nanos[stages])
+    {
+        let op = plan.op(i, plans_images);
+        let fate =
+            contained(|| op.run(element, rng)).unwrap_or_else(|why| Err(panicked(why))).map_err(|e| {
+                ExecError::Op {
+                    path: stage.path.clone(),
+                    stage: stage.name.clone(),
+                    key: element.key.clone(),
+                    message: e.0,
+                }
             })?;
         let now = Instant::now();
         nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);

@@ -86,7 +86,9 @@ impl SplitPack {
             self.rows += 1;
             let mut element = op.row_element(split_id, index, row);
             let mut rng = SeededRng::new(plan.seed, Stream::Row, &[u64::from(task.epoch), split_id, index]);
-            if apply(plan, self.stage + 1..plan.stages.len(), &mut element, &mut rng, times)? == Fate::Keep {
+            if apply(plan, self.stage + 1..plan.stages.len(), &mut element, &mut rng, times, false)?
+                == Fate::Keep
+            {
                 rows.push(element);
             }
         }

@@ -92,12 +92,13 @@ mod tests {
             spec_stages: 0,
             cache: None,
             skip_errors: false,
+            client_images: None,
         }
     }
 
     #[test]
     fn the_order_of_positions_is_the_order_elements_leave_in() {
-        let task = Task { epoch: 1, split: 3, cache: CacheUse::Compute };
+        let task = Task { epoch: 1, split: 3, cache: CacheUse::Compute, images_on_client: false };
         for (buffer, n) in [(1, 10), (4, 10), (10, 10), (64, 10), (3, 0)] {
             let plan = plan(buffer);
             let order = ShuffleBuffer::<u64>::new(&plan, task, 3).map(|b| b.order(n)).unwrap_or_default();

@@ -12,7 +12,7 @@ use super::queues::{ConsumerKey, Delivered, Pushed, Queues, delivery};
 use super::router::{Routed, SplitRouter};
 use crate::batch::Batch;
 use crate::cache::CacheOutcome;
-use crate::executor::Skips;
+use crate::executor::{PlannedOutput, Skips};
 use granary_proto::v1::{self as pb, Lease, SplitEnd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +95,8 @@ pub(crate) struct Delivery {
     /// The final normalization the engine left out: the consumers finish it, or this worker
     /// does when the lease says so.
     pub(crate) deferred: Option<Deferred>,
+    /// The images consumers make, for leases that say `images_on_client`.
+    pub(crate) planned: Option<PlannedOutput>,
     /// Elements per batch.
     pub(crate) batch_size: usize,
 }
@@ -107,6 +109,9 @@ impl Delivery {
     /// Queues a part for each of its consumers (never waiting for room: see [`super::queues`]).
     pub(crate) fn push(&self, job: &Job, routed: Routed) {
         let Routed { consumers, mut part } = routed;
+        if let Some(output) = &self.planned {
+            super::planned::to_wire(&mut part.tensors, output);
+        }
         if let Some(deferred) = &self.deferred {
             let started = Instant::now();
             let finished = deferred.apply(&mut part.tensors, job.lease.normalize_on_worker);

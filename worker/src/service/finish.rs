@@ -75,6 +75,7 @@ impl Deferred {
             data: floats_to_bytes(out),
             normalize: None,
             padding: tensor.padding.clone(),
+            images: None,
         })
     }
 }
@@ -120,6 +121,7 @@ mod tests {
             data: Bytes::from((0..n).map(|i| (i as u8).wrapping_mul(37)).collect::<Vec<u8>>()),
             normalize: None,
             padding: None,
+            images: None,
         }
     }
 

@@ -22,6 +22,7 @@ mod finish;
 mod leases;
 mod metrics;
 mod pacing;
+mod planned;
 mod producer;
 pub mod queues;
 pub mod router;

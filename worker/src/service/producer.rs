@@ -108,7 +108,7 @@ impl Producer {
         let runner = Runner {
             pipeline: info.name.clone(),
             generation: info.generation,
-            delivery: Arc::new(Delivery { sinks, deferred: None, batch_size: 1 }),
+            delivery: Arc::new(Delivery { sinks, deferred: None, planned: None, batch_size: 1 }),
             inputs: Arc::clone(&inputs),
             stop: Arc::clone(&stop),
         };
@@ -147,7 +147,9 @@ impl Producer {
                 }
                 let deferred = engine.deferred().map(Deferred::new);
                 let sinks = runner.delivery.sinks.clone();
-                let delivery = Arc::new(Delivery { sinks, deferred, batch_size: engine.batch_size() });
+                let planned = engine.planned_output().cloned();
+                let delivery =
+                    Arc::new(Delivery { sinks, deferred, planned, batch_size: engine.batch_size() });
                 let runner = Runner { delivery, ..runner };
                 runner.run(execution, &jobs_rx);
                 // The execution is dropped first, then the engine and its runtime, here.
@@ -234,7 +236,10 @@ impl Producer {
         let inputs = lock(&self.inputs);
         let Some(inputs) = inputs.as_ref() else { return false };
         let Ok(split) = usize::try_from(lease.split) else { return false };
-        let task = Task { epoch: lease.epoch, split, cache };
+        // The worker cannot normalize images it does not make: a lease that asks for both makes
+        // them here (the dispatcher never asks).
+        let images_on_client = lease.images_on_client && !lease.normalize_on_worker;
+        let task = Task { epoch: lease.epoch, split, cache, images_on_client };
         inputs.jobs.send(Job { lease, revoked }).is_ok() && inputs.feed.send(task).is_ok()
     }
 

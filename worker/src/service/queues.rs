@@ -498,6 +498,7 @@ mod tests {
                 data: bytes::Bytes::from_static(&[1, 2, 3]),
                 normalize: None,
                 padding: None,
+                images: None,
             }],
         }
     }

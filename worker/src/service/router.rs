@@ -112,7 +112,15 @@ impl Pieces {
             shape.push(padding.lengths.iter().copied().max().unwrap_or(0));
         }
         shape.extend_from_slice(&self.row_shape);
-        Tensor { name: self.name, dtype: self.dtype, shape, data, normalize: None, padding: self.padding }
+        Tensor {
+            name: self.name,
+            dtype: self.dtype,
+            shape,
+            data,
+            normalize: None,
+            padding: self.padding,
+            images: None,
+        }
     }
 }
 
@@ -383,6 +391,7 @@ fn empty_tensor(column: &Column, padding: Option<&WirePadding>) -> Tensor {
         data: Bytes::new(),
         normalize: None,
         padding: padding.cloned(),
+        images: None,
     }
 }
 
@@ -439,6 +448,7 @@ mod tests {
             count_first: false,
             listed: 10,
             normalize_on_worker: false,
+            images_on_client: false,
         }
     }
 

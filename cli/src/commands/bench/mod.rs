@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// `float32` over the wire, instead of `uint8` finished by the client (the default).
     #[arg(long, requires = "workers")]
     pub normalize_on_worker: bool,
+    /// With `--workers`: where the images of the pipeline's fused image run are made (`auto`,
+    /// `client` or `workers`; see `granary run --images`).
+    #[arg(long, value_enum, value_name = "WHERE", requires = "workers")]
+    pub images: Option<crate::args::Images>,
     /// With `--workers`: measure the served path both plaintext and with TLS and
     /// authentication (as `granary run --serve --tls`), in alternating rounds, and report the
     /// ratio, the handshake time and the CPU cost per GB of each.

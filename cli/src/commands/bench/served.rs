@@ -270,6 +270,7 @@ async fn round(
     let result = async {
         let mut client = ClientOptions::new(local.pipeline.clone());
         client.dispatcher = Some(local.address.to_string());
+        client.images = args.images.map(crate::args::Images::placement);
         let material = match local.credentials() {
             Some(credentials) => {
                 let token = std::fs::read_to_string(credentials.trainer_token_file())

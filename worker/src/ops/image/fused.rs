@@ -123,6 +123,17 @@ impl FusedCropOp {
         Some((op, used + 1 + tail))
     }
 
+    /// The image field.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The output's `(height, width)` when it is what a plan's execution makes (`uint8` HWC
+    /// pixels: no normalization of its own, not the decode-only benchmark); `None` otherwise.
+    pub fn planned_output(&self) -> Option<(usize, usize)> {
+        (self.form.is_raw() && !self.decode_only).then_some((self.size, self.size))
+    }
+
     /// The output tensor for the decoded `window` of the image, planned by `plan`.
     fn finish(&self, window: RgbView<'_>, plan: &PlannedImage) -> Result<Tensor, OpError> {
         let size = self.size;

@@ -255,6 +255,19 @@ impl FusedResizeOp {
         self.finish(src, g.source, &g, flip)
     }
 
+    /// The image field.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The output's `(height, width)` when every image gets the same one (a centre crop ends
+    /// the run) and it is what a plan's execution makes (`uint8` HWC pixels: no normalization
+    /// of its own, not the decode-only benchmark); `None` otherwise.
+    pub fn planned_output(&self) -> Option<(usize, usize)> {
+        let side = self.crop?;
+        (self.form.is_raw() && !self.decode_only).then_some((side, side))
+    }
+
     /// Everything the fast path decides for one JPEG before decoding a pixel: the geometry and
     /// the flip, drawn as [`Operator::apply`] draws it. Executing the plan
     /// ([`PlannedImage::execute`]) gives the pixels this operator outputs when it has no

@@ -16,6 +16,7 @@ pub mod flip_normalize;
 pub mod fused;
 pub mod fused_resize;
 pub mod normalize;
+pub mod planning;
 pub mod resize;
 
 use crate::element::{Element, Value};

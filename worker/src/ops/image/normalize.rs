@@ -37,6 +37,11 @@ impl Form {
         Form { lut: None, layout: Layout::HWC }
     }
 
+    /// Whether this is [`Form::raw`]: `uint8` HWC pixels, as a planned image's execution makes.
+    pub fn is_raw(&self) -> bool {
+        self.lut.is_none() && self.layout == Layout::HWC
+    }
+
     /// Shape of an `h × w` image in this form.
     pub fn shape(&self, h: usize, w: usize) -> Vec<usize> {
         match self.layout {
