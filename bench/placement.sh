@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Placement on one many-core machine: a trainer process on 2 cores of its own reads from 1 worker
 # on 2 other cores, with placement on (the default: the trainer's client finishes the final
-# float32 normalization while its host has idle cores) and off (`granary worker
-# --normalize-on-worker`), in alternating runs; then once more with placement on while the rest
-# of the machine is made busy for 12 s, printing the dispatcher's placement decisions. See
-# bench/README.md (*Placement*).
+# float32 normalization, and makes a share of the images from the worker's plans, while its host
+# has idle cores), with every image made on the trainer's host (GRANARY_IMAGES=client), and off
+# (`granary worker --normalize-on-worker`, GRANARY_IMAGES=workers), in alternating runs; then
+# once more with placement on while the rest of the machine is made busy for 12 s, printing the
+# dispatcher's placement decisions. See bench/README.md (*Placement*).
 #
 #   cargo build --release -p granary-cli && cargo build -p granary-e2e --bin granary-e2e-consume
 #   bench/placement.sh
@@ -46,7 +47,7 @@ print(f"{n / (hi - lo):.1f}")' "$@"
 }
 
 # One run: $1 its label, $2 extra worker flags, $3 seconds before the machine is made busy (0:
-# never).
+# never), $4 where the trainer wants the images made (GRANARY_IMAGES: auto, client, workers).
 run() {
   GRANARY_LOG=granary_dispatcher=info taskset -c "$DISPATCHER_CORES" "$GRANARY" run bench/imagenet-float32.yaml \
     --serve 127.0.0.1:0 --workers 0 --epochs 1000 --set "spec.source.url=$URL" > "$WORK/ready" 2> "$WORK/dispatcher.log" &
@@ -63,7 +64,7 @@ run() {
   fi
   local rate
   # shellcheck disable=SC2086
-  rate=$(taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null | count $WINDOW || true)
+  rate=$(GRANARY_IMAGES=$4 taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null | count $WINDOW || true)
   echo "$1: $rate elements/s"
   kill "$worker" "$dispatcher" 2> /dev/null || true
   wait "$worker" "$dispatcher" 2> /dev/null || true
@@ -72,7 +73,8 @@ run() {
 }
 
 for _ in 1 2; do
-  run "placement on" "" 0
-  run "placement off (--normalize-on-worker)" "--normalize-on-worker" 0
+  run "placement on" "" 0 auto
+  run "every image on the trainer's host" "" 0 client
+  run "placement off (--normalize-on-worker, images on the worker)" "--normalize-on-worker" 0 workers
 done
-run "placement on, the machine made busy at 15 s for 12 s" "" 15
+run "placement on, the machine made busy at 15 s for 12 s" "" 15 auto
