@@ -48,8 +48,9 @@ fn fused() -> &'static FusedCropOp {
 /// operator; the fused crop operator (seeded by byte 0); and `TurboDecoder::decode_window` with
 /// a scale (byte 1), a window (bytes 2..10) and, when byte 1's high bit is set, a header that
 /// is not this image's (the image's with its width changed by byte 0); then a plan of that
-/// window with a box and an output from the same bytes (`PlannedImage::execute`). Every result
-/// must be an error or an image of the size asked for.
+/// window with a box and an output from the same bytes (`PlannedImage::execute`); and the whole
+/// input as a planned image's row (`granary_image::row::execute`). Every result must be an error
+/// or an image of the size asked for.
 pub fn image_decode(data: &[u8]) {
     let mut input = Input::new(data);
     let params = input.take(PARAMS);
@@ -112,4 +113,9 @@ pub fn image_decode(data: &[u8]) {
     };
     let mut out = vec![0; plan.output_len()];
     let _ = plan.execute(image, &mut out);
+
+    // The whole input as a planned image's row, as a trainer's client gets one from the wire.
+    let (height, width) = (usize::from(param(2) % 24) + 1, usize::from(param(3) % 24) + 1);
+    let mut out = vec![0; height * width * 3];
+    let _ = granary_image::row::execute(data, height, width, &mut out);
 }
