@@ -18,7 +18,7 @@ pub struct Batch {
     /// The stacked fields.
     pub tensors: Vec<Tensor>,
     /// Tensor payload bytes this batch took on the wire: less than its tensors' bytes when the
-    /// client finished a deferred `image.normalize`.
+    /// client finished a deferred `image.normalize`, or made images from the workers' plans.
     pub wire_bytes: u64,
 }
 

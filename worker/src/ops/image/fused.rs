@@ -292,12 +292,7 @@ impl Operator for FusedCropOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use granary_crds::StageSpec;
-
-    fn configs(yaml: &str) -> Vec<OpConfig> {
-        let stages: Vec<StageSpec> = serde_norway::from_str(yaml).unwrap();
-        stages.iter().enumerate().map(|(i, s)| OpConfig::parse(s, &format!("s[{i}]")).unwrap()).collect()
-    }
+    use crate::ops::image::test_configs as configs;
 
     #[test]
     fn fuses_the_imagenet_run_and_nothing_else() {

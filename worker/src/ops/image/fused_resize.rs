@@ -345,14 +345,9 @@ mod tests {
     use crate::ops::image::flip::FlipOp;
     use crate::ops::image::normalize::NormalizeOp;
     use crate::ops::image::resize::ResizeOp;
+    use crate::ops::image::test_configs as configs;
     use crate::ops::image::test_images::pattern;
-    use granary_crds::StageSpec;
     use image::{ExtendedColorType, ImageEncoder};
-
-    fn configs(yaml: &str) -> Vec<OpConfig> {
-        let stages: Vec<StageSpec> = serde_norway::from_str(yaml).unwrap();
-        stages.iter().enumerate().map(|(i, s)| OpConfig::parse(s, &format!("s[{i}]")).unwrap()).collect()
-    }
 
     fn used(yaml: &str, path: ImagePath) -> Option<usize> {
         FusedResizeOp::fuse(&configs(yaml), path).map(|(_, n)| n)

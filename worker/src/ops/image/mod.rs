@@ -186,6 +186,18 @@ pub fn resize_rgb(
 #[cfg(test)]
 pub(crate) use granary_image::test_images;
 
+/// A YAML list of stages, parsed as a spec's are (`s[i]` names each), for the image operators'
+/// tests.
+#[cfg(test)]
+pub(crate) fn test_configs(yaml: &str) -> Vec<granary_crds::OpConfig> {
+    let stages: Vec<granary_crds::StageSpec> = serde_norway::from_str(yaml).unwrap();
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| granary_crds::OpConfig::parse(s, &format!("s[{i}]")).unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -153,14 +153,9 @@ impl Operator for PlanningOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::image::test_configs as configs;
     use crate::seed::Stream;
-    use granary_crds::StageSpec;
     use granary_image::test_images::pattern;
-
-    fn configs(yaml: &str) -> Vec<OpConfig> {
-        let stages: Vec<StageSpec> = serde_norway::from_str(yaml).unwrap();
-        stages.iter().enumerate().map(|(i, s)| OpConfig::parse(s, &format!("s[{i}]")).unwrap()).collect()
-    }
 
     fn encoded(format: image::ImageFormat, height: usize, width: usize) -> Vec<u8> {
         let pixels = pattern(height, width);
