@@ -226,47 +226,51 @@ impl State {
         let lease_ms = self.timing.lease_ms;
         // A split whose output count is not known yet is leased without parts: the worker
         // counts it first (`CountSplit`) and gets its parts then.
-        let (generation, parts, elements, listed, normalize_on_worker, mut images_on_client) = match self
-            .pipelines
-            .get_mut(pipeline)
-        {
-            Some(p) => {
-                let generation = p.generation;
-                let job = p.jobs.get_mut(job_name);
-                match job {
-                    Some(job) => {
-                        // The job's record goes before anything produced for it (see
-                        // `Job::journaled`).
-                        if !job.journaled {
-                            job.journaled = true;
-                            self.events.push(Event::Job {
-                                pipeline: pipeline.to_string(),
-                                job: job_name.to_string(),
-                                mode: job.mode,
-                                consumers: job.settings.consumers,
-                            });
+        let (generation, parts, elements, listed, normalize_on_worker) =
+            match self.pipelines.get_mut(pipeline) {
+                Some(p) => {
+                    let generation = p.generation;
+                    let job = p.jobs.get_mut(job_name);
+                    match job {
+                        Some(job) => {
+                            // The job's record goes before anything produced for it (see
+                            // `Job::journaled`).
+                            if !job.journaled {
+                                job.journaled = true;
+                                self.events.push(Event::Job {
+                                    pipeline: pipeline.to_string(),
+                                    job: job_name.to_string(),
+                                    mode: job.mode,
+                                    consumers: job.settings.consumers,
+                                });
+                            }
+                            let consumers = job.settings.consumers;
+                            let read = job.settings.listed_split(replay.split);
+                            let listed = job.settings.counts.get(read as usize).copied().unwrap_or(0);
+                            let state = job.epoch(replay.epoch);
+                            if replay.only.is_none() {
+                                state.status.set(replay.split, SplitStatus::Leased(id));
+                            }
+                            let elements = state.plan.count(replay.split).unwrap_or(0);
+                            let parts = state.plan.parts_of_split(replay.split, consumers);
+                            (generation, parts, elements, listed, job.normalize_on_worker())
                         }
-                        let consumers = job.settings.consumers;
-                        let read = job.settings.listed_split(replay.split);
-                        let listed = job.settings.counts.get(read as usize).copied().unwrap_or(0);
-                        let state = job.epoch(replay.epoch);
-                        if replay.only.is_none() {
-                            state.status.set(replay.split, SplitStatus::Leased(id));
-                        }
-                        let elements = state.plan.count(replay.split).unwrap_or(0);
-                        let parts = state.plan.parts_of_split(replay.split, consumers);
-                        let images = job.images_on_client();
-                        (generation, parts, elements, listed, job.normalize_on_worker() && !images, images)
+                        None => (generation, Some(Vec::new()), 0, 0, false),
                     }
-                    None => (generation, Some(Vec::new()), 0, 0, false, false),
                 }
-            }
-            None => (0, Some(Vec::new()), 0, 0, false, false),
-        };
+                None => (0, Some(Vec::new()), 0, 0, false),
+            };
         let count_first = parts.is_none();
         let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
-        // A split that writes a cache entry makes its images: the entry holds computed elements.
-        images_on_client &= cache.mode != pb::CacheMode::Write as i32;
+        // A split that writes a cache entry makes its images (the entry holds computed elements),
+        // and takes none of the job's share of marks.
+        let images_on_client = cache.mode != pb::CacheMode::Write as i32
+            && self
+                .pipelines
+                .get_mut(pipeline)
+                .and_then(|p| p.jobs.get_mut(job_name))
+                .is_some_and(|job| job.images_on_client());
+        let normalize_on_worker = normalize_on_worker && !images_on_client;
         self.count_splits(pipeline, |c| c.leased += 1);
         self.leases.insert(
             id,
