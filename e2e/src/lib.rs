@@ -214,6 +214,10 @@ pub struct Seen {
     /// Per row, a digest of its data (with the consumer's `--rows`).
     #[serde(default)]
     pub rows: Vec<String>,
+    /// When it was read from the process's output, which may be some time before a collect
+    /// took it.
+    #[serde(skip)]
+    pub arrived: Option<Instant>,
 }
 
 /// A consumer process whose batches are collected as it prints them.
@@ -252,7 +256,7 @@ pub fn start_consumer_env(dispatcher: &str, pipeline: &str, args: &[&str], env: 
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Ok(seen) = serde_json::from_str::<Seen>(&line)
-                && tx.send(seen).is_err()
+                && tx.send(Seen { arrived: Some(Instant::now()), ..seen }).is_err()
             {
                 return;
             }
@@ -262,6 +266,19 @@ pub fn start_consumer_env(dispatcher: &str, pipeline: &str, args: &[&str], env: 
 }
 
 impl Consumer {
+    /// Elements of the collected batches that arrived in `[from, to)`: a window's throughput
+    /// counts what came in the window, not what a collect took in it after a pause.
+    pub fn elements_between(&self, from: Instant, to: Instant) -> usize {
+        let within = |s: &&Seen| s.arrived.is_some_and(|at| from <= at && at < to);
+        self.seen
+            .iter()
+            .rev()
+            .take_while(|s| s.arrived.is_none_or(|at| at >= from))
+            .filter(within)
+            .map(|s| s.keys.len())
+            .sum()
+    }
+
     /// Collects batches until `n` were seen or `timeout` passed.
     pub fn collect(&mut self, n: usize, timeout: Duration) {
         let end = Instant::now() + timeout;
