@@ -180,9 +180,9 @@ fn finish_and_join(pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, Str
 /// finishing those the worker left to the client.
 fn join(mut pieces: Vec<granary_proto::v1::Tensor>) -> Result<Tensor, String> {
     if pieces.iter().any(|p| p.normalize.is_some()) {
-        let started = std::time::Instant::now();
+        let stretch = crate::host::Finishing::start();
         let joined = finish_and_join(pieces);
-        crate::host::finished_since(started);
+        stretch.end();
         return joined;
     }
     let (rows, bytes) = check_alike(&pieces)?;

@@ -14,10 +14,48 @@ use std::time::Instant;
 /// Nanoseconds this process spent finishing tensors (a deferred normalization), all sessions.
 static FINISH_NANOS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `started.elapsed()` as time spent finishing tensors.
-pub(crate) fn finished_since(started: Instant) {
-    let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    FINISH_NANOS.fetch_add(nanos, Ordering::Relaxed);
+/// A stretch of one thread's work finishing tensors. [`Finishing::end`] counts the CPU time the
+/// thread used in it, so that images made on several threads count each thread's share and a
+/// thread the host preempted does not count the time it waited; where the thread's CPU clock
+/// cannot be read, the time that passed counts instead.
+pub(crate) struct Finishing {
+    cpu: Option<u64>,
+    wall: Instant,
+}
+
+impl Finishing {
+    /// Starts a stretch on the calling thread.
+    pub(crate) fn start() -> Self {
+        Finishing { cpu: thread_cpu_nanos(), wall: Instant::now() }
+    }
+
+    /// Ends the stretch on the thread that started it and counts it.
+    pub(crate) fn end(self) {
+        let nanos = match (self.cpu, thread_cpu_nanos()) {
+            (Some(start), Some(now)) => now.saturating_sub(start),
+            _ => u64::try_from(self.wall.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        };
+        FINISH_NANOS.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+/// CPU time the calling thread has used, in nanoseconds; `None` where it cannot be read.
+#[cfg(unix)]
+fn thread_cpu_nanos() -> Option<u64> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec that the call only writes.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut now) } != 0 {
+        return None;
+    }
+    let seconds = u64::try_from(now.tv_sec).ok()?;
+    let nanos = u64::try_from(now.tv_nsec).ok()?;
+    seconds.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// CPU time the calling thread has used: not read on this OS.
+#[cfg(not(unix))]
+fn thread_cpu_nanos() -> Option<u64> {
+    None
 }
 
 /// The kernel's clock ticks a second (`USER_HZ`, 100 on every Linux architecture).
@@ -165,5 +203,45 @@ mod tests {
             assert!(idle >= 0.0 && idle.is_finite(), "{idle} of {cores}");
         }
         assert!(sample.finish_cores >= 0.0);
+    }
+
+    /// CPU seconds spinning on the calling thread, at least `cpu`, in bounded time.
+    fn spin(cpu: Duration) {
+        let start = thread_cpu_nanos();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut x = 0u64;
+        while Instant::now() < deadline {
+            for i in 0..10_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            match (start, thread_cpu_nanos()) {
+                (Some(s), Some(n)) if n - s >= cpu.as_nanos() as u64 => return,
+                (None, _) | (_, None) => return,
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn finishing_counts_each_threads_cpu_time_not_the_time_it_slept() {
+        if thread_cpu_nanos().is_none() {
+            return;
+        }
+        let before = FINISH_NANOS.load(Ordering::Relaxed);
+        // Four threads each spin 20 ms of CPU and sleep 200 ms inside their stretch: the sleep
+        // does not count, and the four spins all do, however the host schedules them.
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let stretch = Finishing::start();
+                    spin(Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(200));
+                    stretch.end();
+                });
+            }
+        });
+        let counted = Duration::from_nanos(FINISH_NANOS.load(Ordering::Relaxed) - before);
+        assert!(counted >= Duration::from_millis(80), "{counted:?}");
+        assert!(counted < Duration::from_millis(400), "the sleeps were counted: {counted:?}");
     }
 }

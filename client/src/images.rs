@@ -4,9 +4,8 @@
 //! the pixels are the same bytes, on threads of their own, as soon as the part arrives; the
 //! rest of the client then sees the `uint8` tensor the worker would have sent.
 
-use crate::host::finished_since;
+use crate::host::Finishing;
 use granary_proto::v1::{BatchPart, Tensor};
-use std::time::Instant;
 
 /// Fewest images a thread takes: fewer cost more to start a thread for than to make.
 const IMAGES_PER_THREAD: usize = 4;
@@ -19,11 +18,9 @@ pub(crate) fn has_plans(part: &BatchPart) -> bool {
 /// Makes the images of every tensor of `part` that carries plans, on up to `threads` threads.
 /// An error names the tensor and the element.
 pub(crate) fn make(part: &mut BatchPart, threads: usize) -> Result<(), String> {
-    let started = Instant::now();
     for tensor in part.tensors.iter_mut().filter(|t| t.images.is_some()) {
         make_tensor(tensor, &part.keys, threads)?;
     }
-    finished_since(started);
     Ok(())
 }
 
@@ -81,14 +78,15 @@ fn make_tensor(tensor: &mut Tensor, keys: &[String], threads: usize) -> Result<(
             .map(|(chunk, images)| {
                 let offsets = &offsets;
                 scope.spawn(move || {
-                    for (i, pixels) in images.chunks_exact_mut(image).enumerate() {
+                    // Each thread counts its own CPU time: the host's share is the sum.
+                    let stretch = Finishing::start();
+                    let failed = images.chunks_exact_mut(image).enumerate().find_map(|(i, pixels)| {
                         let row = chunk * per + i;
                         let bytes = &data[offsets[row]..offsets[row + 1]];
-                        if let Err(why) = granary_image::row::execute(bytes, h, w, pixels) {
-                            return Some((row, why));
-                        }
-                    }
-                    None
+                        granary_image::row::execute(bytes, h, w, pixels).err().map(|why| (row, why))
+                    });
+                    stretch.end();
+                    failed
                 })
             })
             .collect();

@@ -2,7 +2,8 @@
 //! hosts take their share of the work.
 //!
 //! Placement ([`crate::placement`]) lets a job's clients finish its tensors (the final
-//! normalization) on their hosts' idle cores, so each batch costs the workers less CPU. That
+//! normalization, and the share of the images [`crate::image_placement`] leaves to them) on
+//! their hosts' idle cores, so each batch costs the workers less CPU. That
 //! share holds only while the hosts keep room for it: at a higher demand each client finishes
 //! more elements a second, and once a host would drop under the reserve, placement hands the
 //! finishing back to the workers and every batch costs them more. The reverse holds too: a job
@@ -17,8 +18,10 @@
 //!                + Σ_j (D_j / D) · f_j · B · [j's hosts lack room at D_j]`
 //!
 //! and plans with `cores / c`. `f_j` is the finishing's CPU seconds per element, as its clients
-//! measured it (`finish_cores` over the elements they received) or else as the workers did; a
-//! consumer's host lacks room when `idle + finishing now − f_j · elements a second at D_j` falls
+//! measured it (`finish_cores` over the elements they received, the CPU time of every thread
+//! that normalized or made images) or else as the workers did. So the images the hosts make
+//! count too: they are capacity while the hosts keep room, and the workers' cost per batch
+//! grows by them where the hosts would lack room at the demand. A consumer's host lacks room when `idle + finishing now − f_j · elements a second at D_j` falls
 //! under the reserve (plus the margin placement asks before it moves work back to clients).
 //! Hosts that cannot measure their idle cores count as having room, as placement counts them.
 
