@@ -54,11 +54,14 @@ class Client:
         token: str | None = None,
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
+        images: str | None = None,
     ) -> None:
         """Joins the job. `token` or `token_file` (not both) is the trainer token, default
         ``$GRANARY_TOKEN_FILE``, else ``$GRANARY_TOKEN``; `tls_ca` the CA certificate (PEM)
         to dial TLS with, default ``$GRANARY_TLS_CA``, else plaintext. Files are read now;
-        one that cannot be read raises ``ConfigurationError`` naming its path."""
+        one that cannot be read raises ``ConfigurationError`` naming its path. `images` is
+        where the fused image run's images are made: ``"auto"``, ``"client"`` or
+        ``"workers"``; default ``$GRANARY_IMAGES``, else ``"auto"``."""
         ...
     def next(self) -> RawBatch | None: ...
     def drain(self, max_batches: int | None = None, *, digests: bool = False) -> DrainReport: ...

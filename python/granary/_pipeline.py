@@ -78,6 +78,10 @@ def _path(argument: str, value: str | os.PathLike[str] | None) -> str | None:
     return path
 
 
+#: The values of ``Pipeline(images=...)``.
+_IMAGE_PLACEMENTS = ("auto", "client", "workers")
+
+
 class Pipeline:
     """A pipeline that a Granary dispatcher serves, read as batches of NumPy arrays.
 
@@ -103,6 +107,11 @@ class Pipeline:
         tls_ca: The CA certificate (PEM file) the dispatcher's and workers' certificates chain
             to: the client dials them over TLS and checks their certificates against it. Default
             ``$GRANARY_TLS_CA``, else plaintext.
+        images: Where the images of the pipeline's fused image run (decode, crop or resize,
+            flip) are made: ``"auto"`` (default: the dispatcher moves a share of them to this
+            host while it has idle cores, and back to the workers when it has none),
+            ``"client"`` (all on this host) or ``"workers"``. The pixels are the same bytes
+            either way. Default ``$GRANARY_IMAGES``, else ``"auto"``.
 
     Explicit arguments override the environment. The token file and the CA are read each time
     the pipeline connects (a rotated Secret is picked up on reconnecting); one that cannot be
@@ -124,6 +133,7 @@ class Pipeline:
         token: str | None = None,
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
+        images: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("name: give the pipeline's name, e.g. Pipeline('imagenet')")
@@ -135,6 +145,10 @@ class Pipeline:
             raise ConfigurationError(
                 f"consumer_index: {consumer_index!r} must be in 0..{num_consumers - 1} "
                 f"for num_consumers={num_consumers}"
+            )
+        if images is not None and images not in _IMAGE_PLACEMENTS:
+            raise ConfigurationError(
+                f'images: {images!r} is not a placement; use "auto", "client" or "workers"'
             )
         if token is not None and token_file is not None:
             raise ConfigurationError(
@@ -151,6 +165,8 @@ class Pipeline:
         self.consumer_index = consumer_index
         self.num_consumers = num_consumers
         self.mode = mode
+        #: Where the fused image run's images are made (``None``: ``$GRANARY_IMAGES``, else auto).
+        self.images = images
         #: The token file, if given (the token itself is kept private and out of ``repr``).
         self.token_file = _path("token_file", token_file)
         #: The CA certificate file, if given.
@@ -176,6 +192,7 @@ class Pipeline:
                 token=self._token,
                 token_file=self.token_file,
                 tls_ca=self.tls_ca,
+                images=self.images,
             )
         return self._client
 

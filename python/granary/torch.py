@@ -69,6 +69,8 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         token_file: A file holding the token (not with ``token``); default
             ``$GRANARY_TOKEN_FILE``, else ``$GRANARY_TOKEN``.
         tls_ca: The CA certificate (PEM file) to dial TLS with; default ``$GRANARY_TLS_CA``.
+        images: Where the fused image run's images are made: ``"auto"``, ``"client"`` or
+            ``"workers"``; see :class:`granary.Pipeline`.
         tensors: Yield ``torch.Tensor`` values (default) or the NumPy arrays.
         keys: Also yield the elements' keys, as a list of strings under ``"__key__"`` (the
             WebDataset convention).
@@ -86,6 +88,7 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         token: str | None = None,
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
+        images: str | None = None,
         tensors: bool = True,
         keys: bool = False,
     ) -> None:
@@ -98,6 +101,7 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             token=token,
             token_file=token_file,
             tls_ca=tls_ca,
+            images=images,
         )
         self._consumer_index = consumer_index
         self._num_consumers = num_consumers

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use granary_client::{Batch, BlockingClient, ClientError, ClientOptions, Mode, Position};
+use granary_client::{Batch, BlockingClient, ClientError, ClientOptions, ImagePlacement, Mode, Position};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -80,8 +80,12 @@ impl Client {
     /// `token` is the pipeline's trainer token, or `token_file` a file holding it (not both);
     /// default `$GRANARY_TOKEN_FILE`, else `$GRANARY_TOKEN`. `tls_ca` is the CA certificate (PEM)
     /// to dial TLS with; default `$GRANARY_TLS_CA`, else plaintext. The files are read now.
+    ///
+    /// `images` is where the images of the pipeline's fused image run are made: `"auto"` (a
+    /// share on this host while it has idle cores), `"client"` or `"workers"`; default
+    /// `$GRANARY_IMAGES`, else `"auto"`.
     #[new]
-    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None, token=None, token_file=None, tls_ca=None))]
+    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None, token=None, token_file=None, tls_ca=None, images=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -95,6 +99,7 @@ impl Client {
         token: Option<String>,
         token_file: Option<PathBuf>,
         tls_ca: Option<PathBuf>,
+        images: Option<&str>,
     ) -> PyResult<Client> {
         let mode = match mode {
             "distributed" => Mode::Distributed,
@@ -111,6 +116,8 @@ impl Client {
         };
         let token =
             credential_token(token, token_file.as_deref()).map_err(|error| errors::to_py(py, error))?;
+        let images =
+            images.map(ImagePlacement::parse).transpose().map_err(|error| errors::to_py(py, error))?;
         let tls = tls_ca
             .map(|ca| ClientOptions::tls_from_ca(&ca))
             .transpose()
@@ -125,7 +132,7 @@ impl Client {
             resume,
             token,
             tls,
-            images: None,
+            images,
         };
         let client = py.detach(|| BlockingClient::open(options)).map_err(|error| errors::to_py(py, error))?;
         let inner = client.client();

@@ -166,6 +166,31 @@ def test_trainer_step_and_wait_times_reach_the_dispatcher(service):
     assert total / count >= 0.025, f"mean step {total / count:.4f} s: the sleeps were 30 ms"
 
 
+def image_share(service, job: str) -> float | None:
+    """The dispatcher's share of `job`'s leases whose images its trainers' hosts make."""
+    with urllib.request.urlopen(f"http://{service.metrics}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("granary_dispatcher_job_image_share{") and f'trainer_job="{job}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.parametrize("images", ["client", "workers"])
+def test_images_made_on_this_host_or_on_the_workers_are_the_same_bytes(service, images):
+    rust = reference(service, f"reference-{images}")
+    job = f"images-{images}"
+    share = 1.0 if images == "client" else 0.0
+    with granary.Pipeline(service.pipeline, service.dispatcher, job=job, images=images) as pipeline:
+        assert pipeline.images == images
+        batches = [next(pipeline)]
+        # While the job reads, the dispatcher has its trainer make all the images or none.
+        assert wait_for(lambda: image_share(service, job) == share, timeout=10), image_share(service, job)
+        batches += list(pipeline)
+    assert_exactly_once([(batch.epoch, key) for batch in batches for key in batch.element_keys])
+    assert element_digests(batches) == rust.digests, f"images={images!r} changed the pixels"
+
+
 def test_an_unknown_pipeline_raises_pipeline_not_found(service):
     pipeline = granary.Pipeline("no-such-pipeline", service.dispatcher)
     with pytest.raises(granary.PipelineNotFound, match="no-such-pipeline") as raised:
@@ -205,6 +230,7 @@ def test_the_dispatcher_address_comes_from_the_environment(service, monkeypatch)
         ({"name": "x", "mode": "broadcast"}, "mode"),
         ({"name": "x", "num_consumers": 0}, "num_consumers"),
         ({"name": "x", "num_consumers": 2, "consumer_index": 2}, "consumer_index"),
+        ({"name": "x", "images": "gpu"}, "images"),
     ],
 )
 def test_bad_arguments_name_the_field(arguments, field):
