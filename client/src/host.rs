@@ -3,11 +3,15 @@
 //! moves a pipeline's final normalization to the workers when the host is busy and back when it
 //! has room again (`granary_policies::placement`).
 //!
-//! Idle cores come from the kernel's counters (`/proc/stat`: idle and I/O-wait time of all
-//! CPUs), so they count every process of the host, the trainer's own included. Where the file
-//! cannot be read (another OS), the figure is left unset and the dispatcher treats the host as
-//! having room, as it did before placement.
+//! Idle cores are those of the CPU this process may use ([`allowance`]: the CPUs of its
+//! affinity, within its cgroup's quota), from the kernel's counters, so they count every process
+//! that shares them, the trainer's own included. Where they cannot be read (another OS), the
+//! figure is left unset and the dispatcher treats the host as having room, as it did before
+//! placement.
 
+mod allowance;
+
+use allowance::Reading;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -58,17 +62,6 @@ fn thread_cpu_nanos() -> Option<u64> {
     None
 }
 
-/// The kernel's clock ticks a second (`USER_HZ`, 100 on every Linux architecture).
-const TICKS_PER_SECOND: f64 = 100.0;
-
-/// Idle and I/O-wait ticks of all CPUs together, from the text of `/proc/stat`.
-fn idle_ticks(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
-    // user nice system idle iowait ...
-    Some(fields.get(3)? + fields.get(4).copied().unwrap_or(0))
-}
-
 /// Whether a worker's `host:port` (or `http(s)://host:port`) is on this host by its name: a
 /// loopback address or `localhost`.
 pub(crate) fn is_loopback(address: &str) -> bool {
@@ -85,8 +78,8 @@ pub(crate) fn is_loopback(address: &str) -> bool {
 /// Samples the host between heartbeats.
 #[derive(Debug)]
 pub(crate) struct HostSampler {
-    /// When the idle ticks were last read, and their count then.
-    last: Option<(Instant, u64)>,
+    /// When the idle counters were last read, and their values then.
+    last: Option<(Instant, Reading)>,
     /// The idle cores measured then.
     idle: Option<f64>,
     finish_nanos: u64,
@@ -115,8 +108,7 @@ impl HostSampler {
     /// The figures since the previous sample (idle cores from the second sample on; a sample
     /// too soon after the one before repeats its idle figure).
     pub(crate) fn sample(&mut self, now: Instant) -> HostSample {
-        let ticks = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(idle_ticks);
-        let idle_cores = self.idle_between(now, ticks);
+        let idle_cores = self.idle_between(now, Reading::now());
         let nanos = FINISH_NANOS.load(Ordering::Relaxed);
         let seconds = now.saturating_duration_since(self.finish_at).as_secs_f64();
         let finish_cores =
@@ -125,13 +117,13 @@ impl HostSampler {
         HostSample { idle_cores, finish_cores }
     }
 
-    fn idle_between(&mut self, now: Instant, ticks: Option<u64>) -> Option<f64> {
-        let Some(ticks) = ticks else {
+    fn idle_between(&mut self, now: Instant, reading: Option<Reading>) -> Option<f64> {
+        let Some(reading) = reading else {
             (self.last, self.idle) = (None, None);
             return None;
         };
         let Some((at, was)) = self.last else {
-            self.last = Some((now, ticks));
+            self.last = Some((now, reading));
             return None;
         };
         let seconds = now.saturating_duration_since(at).as_secs_f64();
@@ -139,8 +131,8 @@ impl HostSampler {
         // measure the next one from the same reading. (A heartbeat sent early, as a consumer
         // registers again, would otherwise report the host unmeasured, which counts as room.)
         if seconds >= 0.1 {
-            self.idle = Some(ticks.saturating_sub(was) as f64 / TICKS_PER_SECOND / seconds);
-            self.last = Some((now, ticks));
+            self.idle = Some(reading.idle_since(&was, seconds));
+            self.last = Some((now, reading));
         }
         self.idle
     }
@@ -164,29 +156,22 @@ mod tests {
     }
 
     #[test]
-    fn idle_ticks_are_the_idle_and_iowait_columns_of_the_cpu_line() {
-        let stat = "cpu  100 5 50 1000 20 0 3 0 0 0\ncpu0 50 2 25 500 10 0 1 0 0 0\nintr 1\n";
-        assert_eq!(idle_ticks(stat), Some(1020));
-        assert_eq!(idle_ticks("cpu0 1 2 3 4\n"), None, "no total line");
-        assert_eq!(idle_ticks("cpu  1 2 x 4 5\n"), None);
-    }
-
-    #[test]
     fn idle_cores_are_the_idle_ticks_over_the_interval() {
+        let ticks = |idle_ticks| Some(Reading { idle_ticks, quota: None });
         let t0 = Instant::now();
         let mut s = HostSampler::new(t0);
-        assert_eq!(s.idle_between(t0, Some(1_000)), None, "the first sample has nothing to compare");
+        assert_eq!(s.idle_between(t0, ticks(1_000)), None, "the first sample has nothing to compare");
         // 300 idle ticks in 2 s: 1.5 cores.
-        assert_eq!(s.idle_between(t0 + Duration::from_secs(2), Some(1_300)), Some(1.5));
+        assert_eq!(s.idle_between(t0 + Duration::from_secs(2), ticks(1_300)), Some(1.5));
         assert_eq!(
-            s.idle_between(t0 + Duration::from_millis(2_050), Some(1_310)),
+            s.idle_between(t0 + Duration::from_millis(2_050), ticks(1_310)),
             Some(1.5),
             "too soon: as before"
         );
         // 0.5 s after the reading at 2 s, not after the early one: 10 idle ticks, 0.2 cores.
-        assert_eq!(s.idle_between(t0 + Duration::from_millis(2_500), Some(1_310)), Some(0.2));
+        assert_eq!(s.idle_between(t0 + Duration::from_millis(2_500), ticks(1_310)), Some(0.2));
         assert_eq!(s.idle_between(t0 + Duration::from_secs(3), None), None, "unreadable");
-        assert_eq!(s.idle_between(t0 + Duration::from_secs(4), Some(1_400)), None, "measured afresh");
+        assert_eq!(s.idle_between(t0 + Duration::from_secs(4), ticks(1_400)), None, "measured afresh");
     }
 
     #[test]
