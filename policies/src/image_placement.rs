@@ -8,28 +8,57 @@
 //! (Pecan, ATC'24). The unit is a lease: the dispatcher marks a share of a job's leases for its
 //! clients.
 //!
-//! The rule, per job, at most once every [`IMAGE_STEP_MS`], from its consumers' heartbeats:
+//! The rule, per job, from its consumers' heartbeats:
 //! - a consumer that does not execute plans, or asks for none, keeps every image on the
 //!   workers; when every consumer asks for all of them, they all go to the clients;
-//! - otherwise the share follows the hosts' idle cores (which count what the clients make
-//!   already): up by [`IMAGE_SHARE_STEP`] while every host keeps more than the normalization's
-//!   reserve plus [`IMAGE_ROOM_CORES`] idle, down by twice that as soon as one keeps less than
-//!   the reserve plus [`IMAGE_BACKOFF_CORES`], so that the hosts stay above the point where the
-//!   final normalization would move to the workers;
 //! - a host that cannot measure its idle cores gets none: images are not moved blind;
-//! - while the final normalization runs on the workers (the hosts are busy), none.
+//! - while the final normalization runs on the workers (the hosts are busy), none;
+//! - otherwise the share steers each host's idle cores (which count what its client makes
+//!   already) to [`IMAGE_TARGET_IDLE_CORES`]: the normalization's reserve and a margin. Within
+//!   [`IMAGE_HOLD_CORES`] of it the share holds. Off it, the share moves by the cores a host is
+//!   off over the cores a whole share costs it: what its client spends finishing now over its
+//!   share now, an overestimate (it counts the normalization too) that keeps the steps short.
+//!   Before that cost is known (no share yet), the share moves by [`IMAGE_SHARE_STEP`] up and
+//!   twice that down. A step moves at least [`IMAGE_MIN_STEP`], and up at most
+//!   [`IMAGE_MAX_STEP_UP`]. The host with the least room decides;
+//! - a step up waits [`IMAGE_STEP_MS`] after the last move, until that move shows in the hosts'
+//!   figures; a step down waits half that, unless a host is under the reserve.
 
 use crate::placement::{HostLoad, Place, RESERVE_CORES};
 
-/// How much the share moves in one step up (down moves twice as far).
+/// How much the share moves in one step up before the hosts' cost is known (down moves twice
+/// as far).
 pub const IMAGE_SHARE_STEP: f64 = 0.125;
-/// Idle cores above the reserve every host must keep for the share to grow.
-pub const IMAGE_ROOM_CORES: f64 = 1.0;
-/// Idle cores above the reserve below which a host gives images back.
-pub const IMAGE_BACKOFF_CORES: f64 = 0.5;
-/// Least time between two steps of a job's share: a step shows in the hosts' idle cores only
-/// once the leases it marked are computed and their parts made, a second or so later.
+/// The least a step moves once the cost is known: fine enough for a host whose idle cores
+/// make only a sliver of a large job's images.
+pub const IMAGE_MIN_STEP: f64 = 1.0 / 32.0;
+/// The most the share grows in one step.
+pub const IMAGE_MAX_STEP_UP: f64 = 0.25;
+/// The idle cores the share steers every host to: the reserve the final normalization keeps,
+/// and half a core more for the trainer's own bursts.
+pub const IMAGE_TARGET_IDLE_CORES: f64 = RESERVE_CORES + 0.5;
+/// How far a host's idle cores may be from the target before the share moves.
+pub const IMAGE_HOLD_CORES: f64 = 0.25;
+/// Least time between a move and the next step up of a job's share: a step shows in the hosts'
+/// idle cores only once the leases it marked are computed and their parts made, a second or so
+/// later. A step down waits half of it.
 pub const IMAGE_STEP_MS: u64 = 2_000;
+
+/// The next share of a job's images, and how long after the last move it may be taken.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ImageShare {
+    /// The share, 0 to 1.
+    pub share: f64,
+    /// Milliseconds since the last move before this one may be taken: 0 for a move the
+    /// consumers' wishes or a host under the reserve force.
+    pub settle_ms: u64,
+}
+
+impl ImageShare {
+    fn now(share: f64) -> ImageShare {
+        ImageShare { share, settle_ms: 0 }
+    }
+}
 
 /// Where a consumer wants the images made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -47,33 +76,49 @@ pub enum ImageWish {
 
 /// The next share of a job's images its consumers' hosts make, from `current`, the consumers'
 /// wishes and loads, and where the final normalization runs. See the module's rule.
-pub fn image_share(current: f64, normalization: Place, consumers: &[(ImageWish, HostLoad)]) -> f64 {
+pub fn image_share(current: f64, normalization: Place, consumers: &[(ImageWish, HostLoad)]) -> ImageShare {
     if consumers.is_empty()
         || consumers.iter().any(|(w, _)| matches!(w, ImageWish::Unsupported | ImageWish::Never))
     {
-        return 0.0;
+        return ImageShare::now(0.0);
     }
     if consumers.iter().all(|(w, _)| *w == ImageWish::Always) {
-        return 1.0;
+        return ImageShare::now(1.0);
     }
     if normalization == Place::Workers {
-        return 0.0;
+        return ImageShare::now(0.0);
     }
     let current = if current.is_finite() { current.clamp(0.0, 1.0) } else { 0.0 };
-    let mut least = f64::INFINITY;
+    let mut next = ImageShare { share: 1.0, settle_ms: IMAGE_STEP_MS };
     for (_, load) in consumers {
-        match load.idle_cores.filter(|i| i.is_finite()) {
-            Some(idle) => least = least.min(idle),
-            None => return 0.0,
+        let Some(idle) = load.idle_cores.filter(|i| i.is_finite()) else {
+            return ImageShare::now(0.0);
+        };
+        let allowed = allowed_share(current, idle, load.last_finish_cores);
+        if allowed.share < next.share {
+            next = allowed;
         }
     }
-    if least >= RESERVE_CORES + IMAGE_ROOM_CORES {
-        (current + IMAGE_SHARE_STEP).min(1.0)
-    } else if least < RESERVE_CORES + IMAGE_BACKOFF_CORES {
-        (current - 2.0 * IMAGE_SHARE_STEP).max(0.0)
-    } else {
-        current
+    next
+}
+
+/// The share a host with `idle` idle cores allows, its client finishing with `finishing`
+/// cores (when it last did) at `current`.
+fn allowed_share(current: f64, idle: f64, finishing: Option<f64>) -> ImageShare {
+    let off = idle - IMAGE_TARGET_IDLE_CORES;
+    if off.abs() < IMAGE_HOLD_CORES {
+        return ImageShare { share: current, settle_ms: IMAGE_STEP_MS };
     }
+    // Cores the whole share costs this host, from what its share costs it now.
+    let per_share = finishing.filter(|f| f.is_finite() && *f > 0.0 && current > 0.0).map(|f| f / current);
+    if off > 0.0 {
+        let step =
+            per_share.map_or(IMAGE_SHARE_STEP, |cost| (off / cost).clamp(IMAGE_MIN_STEP, IMAGE_MAX_STEP_UP));
+        return ImageShare { share: (current + step).min(1.0), settle_ms: IMAGE_STEP_MS };
+    }
+    let step = per_share.map_or(2.0 * IMAGE_SHARE_STEP, |cost| (-off / cost).max(IMAGE_MIN_STEP));
+    let settle_ms = if idle < RESERVE_CORES { 0 } else { IMAGE_STEP_MS / 2 };
+    ImageShare { share: (current - step).max(0.0), settle_ms }
 }
 
 /// Marks leases at a share: each lease adds the share to a credit, and takes a mark when the
@@ -108,36 +153,98 @@ mod tests {
         HostLoad { idle_cores: Some(idle), last_finish_cores: None }
     }
 
+    fn share(current: f64, consumers: &[(ImageWish, HostLoad)]) -> f64 {
+        image_share(current, Place::Client, consumers).share
+    }
+
     #[test]
-    fn the_share_grows_with_room_holds_near_the_edge_and_backs_off_fast() {
+    fn before_the_cost_is_known_the_share_steps_up_with_room_holds_near_the_target_and_backs_off_fast() {
         let auto = |idle| [(ImageWish::Auto, load(idle))];
-        assert_eq!(image_share(0.0, Place::Client, &auto(2.0)), 0.125);
-        assert_eq!(image_share(0.95, Place::Client, &auto(2.0)), 1.0);
-        assert_eq!(image_share(0.5, Place::Client, &auto(1.2)), 0.5, "between the marks: held");
-        assert_eq!(image_share(0.5, Place::Client, &auto(0.9)), 0.25);
-        assert_eq!(image_share(0.1, Place::Client, &auto(0.0)), 0.0);
+        assert_eq!(
+            image_share(0.0, Place::Client, &auto(2.0)),
+            ImageShare { share: 0.125, settle_ms: 2_000 }
+        );
+        assert_eq!(share(0.95, &auto(2.0)), 1.0);
+        assert_eq!(share(0.5, &auto(1.2)), 0.5, "within the hold band: held");
+        assert_eq!(share(0.5, &auto(0.8)), 0.5);
+        assert_eq!(image_share(0.5, Place::Client, &auto(0.7)), ImageShare { share: 0.25, settle_ms: 1_000 });
+        assert_eq!(image_share(0.1, Place::Client, &auto(0.0)), ImageShare { share: 0.0, settle_ms: 0 });
+    }
+
+    #[test]
+    fn a_known_cost_sizes_the_step_to_the_cores_a_host_is_off() {
+        // Half the images cost the host 1 core: 2 cores a share.
+        let with =
+            |idle| [(ImageWish::Auto, HostLoad { idle_cores: Some(idle), last_finish_cores: Some(1.0) })];
+        // 0.4 cores over the target: 0.2 more of the share; 2 cores over: at most a quarter.
+        assert!((share(0.5, &with(1.4)) - 0.7).abs() < 1e-9);
+        assert_eq!(share(0.5, &with(3.0)), 0.75);
+        // 0.5 cores under: 0.25 less; 0.26 under: 0.13 less.
+        assert!((share(0.5, &with(0.5)) - 0.25).abs() < 1e-9);
+        assert!((share(0.5, &with(0.74)) - 0.37).abs() < 1e-9);
+        // At 16 cores a share, 0.3 cores under is a sliver: the least step.
+        let costly = [(ImageWish::Auto, HostLoad { idle_cores: Some(0.7), last_finish_cores: Some(8.0) })];
+        assert_eq!(share(0.5, &costly), 0.5 - IMAGE_MIN_STEP);
+        assert_eq!(image_share(0.5, Place::Client, &with(0.2)).settle_ms, 0, "under the reserve: at once");
+    }
+
+    /// A host with `free` idle cores before any image, whose client spends 0.1 cores on the
+    /// normalization and `per_share` cores on a whole share of the images, run through the rule
+    /// for 40 ticks; returns the share and the host's idle cores then.
+    fn settle(free: f64, per_share: f64, start: f64) -> (f64, f64) {
+        let mut current = start;
+        let idle = |share: f64| free - 0.1 - per_share * share;
+        for _ in 0..40 {
+            let finishing = 0.1 + per_share * current;
+            let load = HostLoad { idle_cores: Some(idle(current)), last_finish_cores: Some(finishing) };
+            current = share(current, &[(ImageWish::Auto, load)]);
+        }
+        (current, idle(current))
+    }
+
+    #[test]
+    fn the_share_settles_near_the_target_on_any_host() {
+        for free in [1.5, 2.0, 3.0, 4.0, 8.0] {
+            for per_share in [0.5, 1.0, 2.0, 4.0, 16.0, 40.0] {
+                for start in [0.0, 0.5, 1.0] {
+                    let (share, idle) = settle(free, per_share, start);
+                    let target = IMAGE_TARGET_IDLE_CORES;
+                    let all = free - 0.1 - per_share;
+                    let why =
+                        format!("{free} free, {per_share} a share, from {start}: {share} leaves {idle}");
+                    if all >= target - IMAGE_HOLD_CORES {
+                        // Room for every image: all of them, or as near as the band leaves.
+                        assert!(idle >= target - IMAGE_HOLD_CORES, "{why}");
+                        assert!(share == 1.0 || idle < target + IMAGE_HOLD_CORES, "{why}");
+                    } else {
+                        assert!((idle - target).abs() < IMAGE_HOLD_CORES + 1e-9, "{why}");
+                    }
+                }
+            }
+        }
+        // A trainer with 2 idle cores, 0.1 of them normalizing, gives images all but the
+        // target and the band: at least 0.65 cores.
+        let (share, _) = settle(2.0, 2.0, 0.0);
+        assert!(2.0 * share >= 2.0 - 0.1 - IMAGE_TARGET_IDLE_CORES - IMAGE_HOLD_CORES, "{share}");
     }
 
     #[test]
     fn every_consumer_must_have_room() {
-        let two = [(ImageWish::Auto, load(3.0)), (ImageWish::Auto, load(0.7))];
-        assert_eq!(image_share(0.5, Place::Client, &two), 0.25);
+        let two = [(ImageWish::Auto, load(3.0)), (ImageWish::Auto, load(0.6))];
+        assert_eq!(share(0.5, &two), 0.25);
         let unmeasured = [(ImageWish::Auto, load(3.0)), (ImageWish::Auto, HostLoad::default())];
-        assert_eq!(image_share(0.5, Place::Client, &unmeasured), 0.0, "not moved blind");
+        assert_eq!(share(0.5, &unmeasured), 0.0, "not moved blind");
     }
 
     #[test]
     fn wishes_and_a_busy_normalization_decide_before_the_loads() {
         let idle = load(8.0);
-        assert_eq!(image_share(0.5, Place::Client, &[(ImageWish::Unsupported, idle)]), 0.0);
-        assert_eq!(
-            image_share(0.5, Place::Client, &[(ImageWish::Auto, idle), (ImageWish::Never, idle)]),
-            0.0
-        );
-        assert_eq!(image_share(0.0, Place::Workers, &[(ImageWish::Always, load(0.0))]), 1.0);
-        assert_eq!(image_share(0.5, Place::Workers, &[(ImageWish::Auto, idle)]), 0.0);
-        assert_eq!(image_share(0.5, Place::Client, &[]), 0.0);
-        assert_eq!(image_share(f64::NAN, Place::Client, &[(ImageWish::Auto, idle)]), 0.125);
+        assert_eq!(share(0.5, &[(ImageWish::Unsupported, idle)]), 0.0);
+        assert_eq!(share(0.5, &[(ImageWish::Auto, idle), (ImageWish::Never, idle)]), 0.0);
+        assert_eq!(image_share(0.0, Place::Workers, &[(ImageWish::Always, load(0.0))]), ImageShare::now(1.0));
+        assert_eq!(image_share(0.5, Place::Workers, &[(ImageWish::Auto, idle)]), ImageShare::now(0.0));
+        assert_eq!(share(0.5, &[]), 0.0);
+        assert_eq!(share(f64::NAN, &[(ImageWish::Auto, idle)]), 0.125);
     }
 
     #[test]

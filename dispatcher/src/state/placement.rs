@@ -4,7 +4,7 @@
 //! (`Lease.normalize_on_worker` on every one, `Lease.images_on_client` on a share of them).
 
 use super::Job;
-use granary_policies::image_placement::{IMAGE_SHARE_STEP, IMAGE_STEP_MS, ImageWish, image_share};
+use granary_policies::image_placement::{ImageWish, image_share};
 use granary_policies::placement::{HostLoad, Place, place};
 use granary_proto::v1 as pb;
 
@@ -48,18 +48,20 @@ impl Job {
         self.place == Place::Workers && self.images.share < 1.0
     }
 
-    /// Decides again, at most once every [`IMAGE_STEP_MS`], the share of the job's images its
-    /// reading consumers' hosts make; logs a change.
+    /// Decides again the share of the job's images its reading consumers' hosts make, a step
+    /// up at most once every [`IMAGE_STEP_MS`](granary_policies::image_placement::IMAGE_STEP_MS);
+    /// logs a change.
     pub(crate) fn place_images(&mut self, pipeline: &str, job: &str, now: u64) {
         let consumers: Vec<(ImageWish, HostLoad)> =
             self.consumers.values().filter(|c| !c.gone && !c.finished).map(|c| (c.images, c.host)).collect();
         let images = &mut self.images;
-        let next = image_share(images.share, self.place, &consumers);
-        // A step up waits for the last move to show in the hosts' idle cores; a step down, or
-        // a jump the consumers' wishes make, does not wait.
-        let step_up = next > images.share && next - images.share <= IMAGE_SHARE_STEP + 1e-9;
-        let waits = images.moved_at.is_some_and(|at| now < at.saturating_add(IMAGE_STEP_MS));
-        if next == images.share || (step_up && waits) {
+        let decided = image_share(images.share, self.place, &consumers);
+        let next = decided.share;
+        // A step waits for the last move to show in the hosts' idle cores (a step down half as
+        // long); a jump the consumers' wishes make, or one a host under the reserve needs, does
+        // not.
+        let waits = images.moved_at.is_some_and(|at| now < at.saturating_add(decided.settle_ms));
+        if next == images.share || waits {
             return;
         }
         tracing::info!(
@@ -198,11 +200,15 @@ mod tests {
             beat(&mut s, &auto, Some(4.0), 0.0, now);
         }
         assert_eq!(marks(&mut s, &w, 8, now + 1), [true; 8], "all of them");
-        // The host gets busy: the share falls at once, twice as fast as it grew.
-        beat(&mut s, &auto, Some(0.6), 0.4, now + 10);
-        assert_eq!(marks(&mut s, &w, 8, now + 11).iter().filter(|&&m| m).count(), 6);
-        beat(&mut s, &auto, Some(0.0), 0.4, now + 20);
-        beat(&mut s, &auto, Some(0.0), 0.4, now + 30);
-        assert_eq!(marks(&mut s, &w, 8, now + 31), [false; 8], "the normalization moved: no images");
+        // The host gets busy: the share falls by what the host is short of, over what a whole
+        // share costs it (1.6 cores), once the last move could show.
+        beat(&mut s, &auto, Some(0.6), 1.6, now + 10);
+        assert_eq!(marks(&mut s, &w, 8, now + 11), [true; 8], "too soon after the last step");
+        beat(&mut s, &auto, Some(0.6), 1.6, now + 1_000);
+        assert_eq!(marks(&mut s, &w, 8, now + 1_001).iter().filter(|&&m| m).count(), 6, "0.4 cores short");
+        // Under the reserve: at once.
+        beat(&mut s, &auto, Some(0.0), 0.4, now + 1_020);
+        beat(&mut s, &auto, Some(0.0), 0.4, now + 1_030);
+        assert_eq!(marks(&mut s, &w, 8, now + 1_031), [false; 8], "the normalization moved: no images");
     }
 }
