@@ -260,6 +260,7 @@ impl Autoscaler {
                     batches_per_epoch: p.batches_per_epoch,
                     consumers: Vec::new(),
                     finishing: if p.normalize_on_worker { Place::Workers } else { Place::Client },
+                    image_share: p.image_share,
                 };
                 (p.job, job)
             })

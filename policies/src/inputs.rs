@@ -98,6 +98,10 @@ pub struct JobMetrics {
     /// the workers when the trainers' hosts have no room (see [`crate::placement`]).
     #[serde(default)]
     pub finishing: Place,
+    /// The share of the job's images its clients' hosts make now, 0 to 1 (see
+    /// [`crate::image_placement`]); their cost is part of the consumers' `finish_cores`.
+    #[serde(default)]
+    pub image_share: f64,
 }
 
 /// Bounds and prices that come with the pipeline's spec.

@@ -24,8 +24,16 @@
 //! grows by them where the hosts would lack room at the demand. A consumer's host lacks room when `idle + finishing now − f_j · elements a second at D_j` falls
 //! under the reserve (plus the margin placement asks before it moves work back to clients).
 //! Hosts that cannot measure their idle cores count as having room, as placement counts them.
+//!
+//! A job whose hosts make a share of its images gives back only what they lack: the share
+//! steers each host to [`IMAGE_TARGET_IDLE_CORES`], so where a host would have `idle +
+//! finishing now − target` cores for finishing at the demand and the finishing takes more, the
+//! workers take the rest, not all of it. The bracket above becomes the share of `f_j` the
+//! workers take, `min(1, max over hosts of (f_j · elements a second at D_j − room) / (f_j ·
+//! elements a second at D_j))`.
 
 use crate::estimate::job_demand;
+use crate::image_placement::IMAGE_TARGET_IDLE_CORES;
 use crate::inputs::{JobMetrics, JobMode, Observation, sane};
 use crate::placement::{Place, keeps_room};
 use crate::wording::rate;
@@ -39,6 +47,10 @@ pub struct JobFinishing {
     pub now: Place,
     /// Where it runs at the job's demand: on the clients while every host keeps room for it.
     pub at_demand: Place,
+    /// The share of the finishing's cost the workers take at the demand: 0 while the hosts keep
+    /// room for all of it, 1 once it moves to the workers, and between for a job whose hosts make
+    /// a share of its images and would make fewer.
+    pub workers_take: f64,
     /// The job's demand, batches per second.
     pub demand: f64,
     /// Cores the finishing takes on each consumer's host at that demand.
@@ -65,10 +77,20 @@ impl HostShare {
             self.jobs.iter().filter(|j| j.at_demand == Place::Workers).collect();
         let mut parts = Vec::new();
         if !on_hosts.is_empty() {
-            let cores = on_hosts.iter().map(|j| j.cores_per_host).fold(0.0, f64::max);
+            let cores =
+                on_hosts.iter().map(|j| j.cores_per_host * (1.0 - j.workers_take)).fold(0.0, f64::max);
             parts.push(format!(
                 "trainer hosts finish {} on their idle cores ({cores:.2} cores each at the demand)",
                 names(&on_hosts)
+            ));
+        }
+        let fewer: Vec<&JobFinishing> = on_hosts.iter().copied().filter(|j| j.workers_take > 0.0).collect();
+        if !fewer.is_empty() {
+            let most = fewer.iter().map(|j| j.workers_take).fold(0.0, f64::max);
+            parts.push(format!(
+                "at the demand they would make fewer of {}'s images, and the workers {:.0}% of that work",
+                names(&fewer),
+                most * 100.0
             ));
         }
         if !on_workers.is_empty() {
@@ -116,6 +138,21 @@ fn hosts_have_room(job: &JobMetrics, cores_per_host: f64) -> bool {
     })
 }
 
+/// The share of `job`'s finishing the workers take at the demand, where each consumer's host
+/// finishes `cores_per_host`: all of it or none, by placement's rule, but for a job whose hosts
+/// make a share of its images, which gives back only what the hosts lack.
+fn workers_take(job: &JobMetrics, cores_per_host: f64) -> f64 {
+    if job.finishing == Place::Client && job.image_share > 0.0 && cores_per_host > 0.0 {
+        let short = job.consumers.iter().fold(0.0_f64, |short, c| {
+            let Some(idle) = c.host_idle_cores.filter(|i| i.is_finite()) else { return short };
+            let room = idle + sane(c.finish_cores) - IMAGE_TARGET_IDLE_CORES;
+            short.max(cores_per_host - room.max(0.0))
+        });
+        return (short / cores_per_host).clamp(0.0, 1.0);
+    }
+    if hosts_have_room(job, cores_per_host) { 0.0 } else { 1.0 }
+}
+
 /// The per-worker rate to plan with, from the measured (or estimated) `per_worker` batches per
 /// second; `None` when nothing defers finishing, or the batch size, the workers' cores or the
 /// demand is unknown, and the rate stands as it is.
@@ -142,18 +179,18 @@ pub fn host_share(obs: &Observation, per_worker: f64) -> Option<HostShare> {
             JobMode::Replicated => demand * batch,
         };
         let cores_per_host = f * per_host_elements;
-        let at_demand = if hosts_have_room(job, cores_per_host) { Place::Client } else { Place::Workers };
+        let take = workers_take(job, cores_per_host);
+        let at_demand = if take < 1.0 { Place::Client } else { Place::Workers };
         let share = demand / total * f * batch;
         if job.finishing == Place::Workers {
             removed += share;
         }
-        if at_demand == Place::Workers {
-            added += share;
-        }
+        added += share * take;
         jobs.push(JobFinishing {
             job: job.name.clone(),
             now: job.finishing,
             at_demand,
+            workers_take: take,
             demand,
             cores_per_host,
         });
@@ -238,6 +275,36 @@ mod tests {
         assert!(close(share.jobs[0].cores_per_host, 1.6));
         assert_eq!(share.jobs[0].at_demand, Place::Workers);
         assert!(close(share.per_worker, 8.0));
+    }
+
+    #[test]
+    fn hosts_that_make_images_give_back_only_what_they_lack_at_the_demand() {
+        // Half the images on the hosts: finishing costs 1 ms an element (as above), 0.4 cores a
+        // host at 4 batches/s. The trainers would step 4× faster: 1.6 cores a host.
+        let at = |idle: f64| {
+            let mut o = obs(2, 0.0625, Some(idle), Place::Client);
+            o.jobs[0].image_share = 0.5;
+            o.jobs[0].consumers.iter_mut().for_each(|c| {
+                c.batches_per_second = 4.0;
+                c.finish_cores = 0.4;
+            });
+            host_share(&o, 10.0).unwrap()
+        };
+        // 2.6 idle + 0.4 finishing − 1.0 target = 2.0 cores of room: all of it stays.
+        let roomy = at(2.6);
+        assert_eq!((roomy.jobs[0].at_demand, roomy.jobs[0].workers_take), (Place::Client, 0.0));
+        assert!(close(roomy.per_worker, 10.0), "{roomy:?}");
+        // 1.8 idle: 1.2 cores of room for 1.6: the workers take a quarter, 0.025 CPU-s a batch
+        // more (0.1 for all of it), where the rule for the normalization alone gave all back.
+        let short = at(1.8);
+        assert_eq!(short.jobs[0].at_demand, Place::Client);
+        assert!(close(short.jobs[0].workers_take, 0.25), "{short:?}");
+        assert!(close(short.per_worker, 4.0 / 0.425), "{short:?}");
+        assert!(short.describe().contains("the workers 25% of that work"), "{}", short.describe());
+        // No room at all: everything goes back, as for the normalization.
+        let busy = at(0.2);
+        assert_eq!((busy.jobs[0].at_demand, busy.jobs[0].workers_take), (Place::Workers, 1.0));
+        assert!(close(busy.per_worker, 8.0), "{busy:?}");
     }
 
     #[test]

@@ -60,16 +60,24 @@ fn consumer() -> impl Strategy<Value = ConsumerMetrics> {
 }
 
 fn job() -> impl Strategy<Value = JobMetrics> {
-    (prop::collection::vec(consumer(), 0..4), any::<bool>(), count(), any::<u64>(), any::<bool>()).prop_map(
-        |(consumers, replicated, epoch, per_epoch, on_workers)| JobMetrics {
+    let image_share = prop_oneof![Just(0.0), 0.0..=1.0f64, Just(f64::NAN)];
+    (
+        prop::collection::vec(consumer(), 0..4),
+        any::<bool>(),
+        count(),
+        any::<u64>(),
+        any::<bool>(),
+        image_share,
+    )
+        .prop_map(|(consumers, replicated, epoch, per_epoch, on_workers, image_share)| JobMetrics {
             name: "j".into(),
             mode: if replicated { JobMode::Replicated } else { JobMode::Distributed },
             epoch,
             batches_per_epoch: per_epoch,
             consumers,
             finishing: if on_workers { Place::Workers } else { Place::Client },
-        },
-    )
+            image_share,
+        })
 }
 
 fn config() -> impl Strategy<Value = PoolConfig> {

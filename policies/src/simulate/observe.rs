@@ -135,6 +135,8 @@ impl World<'_> {
             batches_per_epoch: spec.batches_per_epoch,
             consumers,
             finishing: job.place,
+            // The simulated finishing is a normalization: no images on the hosts.
+            image_share: 0.0,
         }
     }
 }
