@@ -45,8 +45,6 @@ pub struct JobFinishing {
     pub job: String,
     /// Where it runs now.
     pub now: Place,
-    /// Where it runs at the job's demand: on the clients while every host keeps room for it.
-    pub at_demand: Place,
     /// The share of the finishing's cost the workers take at the demand: 0 while the hosts keep
     /// room for all of it, 1 once it moves to the workers, and between for a job whose hosts make
     /// a share of its images and would make fewer.
@@ -67,14 +65,22 @@ pub struct HostShare {
     pub jobs: Vec<JobFinishing>,
 }
 
+impl JobFinishing {
+    /// Where it runs at the job's demand: on the clients while the hosts keep room for any of
+    /// it, on the workers once they take all of it.
+    pub fn at_demand(&self) -> Place {
+        if self.workers_take < 1.0 { Place::Client } else { Place::Workers }
+    }
+}
+
 impl HostShare {
     /// What the hosts change, in words, for the autoscaler's reason; empty when no job defers
     /// finishing to its clients.
     pub fn describe(&self) -> String {
         let on_hosts: Vec<&JobFinishing> =
-            self.jobs.iter().filter(|j| j.at_demand == Place::Client).collect();
+            self.jobs.iter().filter(|j| j.at_demand() == Place::Client).collect();
         let on_workers: Vec<&JobFinishing> =
-            self.jobs.iter().filter(|j| j.at_demand == Place::Workers).collect();
+            self.jobs.iter().filter(|j| j.at_demand() == Place::Workers).collect();
         let mut parts = Vec::new();
         if !on_hosts.is_empty() {
             let cores =
@@ -180,7 +186,6 @@ pub fn host_share(obs: &Observation, per_worker: f64) -> Option<HostShare> {
         };
         let cores_per_host = f * per_host_elements;
         let take = workers_take(job, cores_per_host);
-        let at_demand = if take < 1.0 { Place::Client } else { Place::Workers };
         let share = demand / total * f * batch;
         if job.finishing == Place::Workers {
             removed += share;
@@ -189,7 +194,6 @@ pub fn host_share(obs: &Observation, per_worker: f64) -> Option<HostShare> {
         jobs.push(JobFinishing {
             job: job.name.clone(),
             now: job.finishing,
-            at_demand,
             workers_take: take,
             demand,
             cores_per_host,
@@ -250,7 +254,7 @@ mod tests {
         // Two trainers at 4 steps/s each finish 400 elements/s = 0.4 cores each: 2 idle is room.
         let share = host_share(&obs(2, 0.25, Some(2.0), Place::Client), 10.0).unwrap();
         assert!(close(share.per_worker, 10.0), "{share:?}");
-        assert_eq!(share.jobs[0].at_demand, Place::Client);
+        assert_eq!(share.jobs[0].at_demand(), Place::Client);
         assert!(close(share.jobs[0].cores_per_host, 0.4));
         assert!(share.describe().contains("trainer hosts finish `train` tensors"), "{}", share.describe());
         // 0.1 idle: 0.1 + 0.4 − 0.4 < 0.5, the finishing goes to the workers: 0.5 CPU-s a batch.
@@ -262,7 +266,7 @@ mod tests {
     #[test]
     fn a_demand_the_hosts_cannot_finish_counts_the_finishing_on_the_workers() {
         let share = host_share(&obs(2, 0.25, Some(1.2), Place::Client), 10.0).unwrap();
-        assert_eq!(share.jobs[0].at_demand, Place::Client, "at 4 steps/s there is room");
+        assert_eq!(share.jobs[0].at_demand(), Place::Client, "at 4 steps/s there is room");
         // The trainers now step 4× faster but still receive 4 batches/s each (they wait): at
         // the demand each finishes 1,600 elements/s, 1.6 cores, and 1.2 idle + 0.4 finishing
         // now leaves nothing.
@@ -273,7 +277,7 @@ mod tests {
         });
         let share = host_share(&o, 10.0).unwrap();
         assert!(close(share.jobs[0].cores_per_host, 1.6));
-        assert_eq!(share.jobs[0].at_demand, Place::Workers);
+        assert_eq!(share.jobs[0].at_demand(), Place::Workers);
         assert!(close(share.per_worker, 8.0));
     }
 
@@ -292,18 +296,18 @@ mod tests {
         };
         // 2.6 idle + 0.4 finishing − 1.0 target = 2.0 cores of room: all of it stays.
         let roomy = at(2.6);
-        assert_eq!((roomy.jobs[0].at_demand, roomy.jobs[0].workers_take), (Place::Client, 0.0));
+        assert_eq!((roomy.jobs[0].at_demand(), roomy.jobs[0].workers_take), (Place::Client, 0.0));
         assert!(close(roomy.per_worker, 10.0), "{roomy:?}");
         // 1.8 idle: 1.2 cores of room for 1.6: the workers take a quarter, 0.025 CPU-s a batch
         // more (0.1 for all of it), where the rule for the normalization alone gave all back.
         let short = at(1.8);
-        assert_eq!(short.jobs[0].at_demand, Place::Client);
+        assert_eq!(short.jobs[0].at_demand(), Place::Client);
         assert!(close(short.jobs[0].workers_take, 0.25), "{short:?}");
         assert!(close(short.per_worker, 4.0 / 0.425), "{short:?}");
         assert!(short.describe().contains("the workers 25% of that work"), "{}", short.describe());
         // No room at all: everything goes back, as for the normalization.
         let busy = at(0.2);
-        assert_eq!((busy.jobs[0].at_demand, busy.jobs[0].workers_take), (Place::Workers, 1.0));
+        assert_eq!((busy.jobs[0].at_demand(), busy.jobs[0].workers_take), (Place::Workers, 1.0));
         assert!(close(busy.per_worker, 8.0), "{busy:?}");
     }
 
@@ -312,7 +316,7 @@ mod tests {
         // The workers finish now, 0.5 CPU-s a batch (8/s); hosts with 2 idle cores take 0.4 each
         // with the margin to spare, so the workers will make 10/s.
         let share = host_share(&obs(2, 0.25, Some(2.0), Place::Workers), 8.0).unwrap();
-        assert_eq!(share.jobs[0].at_demand, Place::Client);
+        assert_eq!(share.jobs[0].at_demand(), Place::Client);
         assert!(close(share.per_worker, 10.0), "{share:?}");
         // Hosts at 1.0 idle: 1.0 − 0.4 is under reserve plus margin; it stays on the workers.
         let share = host_share(&obs(2, 0.25, Some(1.0), Place::Workers), 8.0).unwrap();
@@ -328,7 +332,7 @@ mod tests {
         o.jobs[0].mode = JobMode::Replicated;
         let share = host_share(&o, 10.0).unwrap();
         assert!(close(share.jobs[0].cores_per_host, 0.4));
-        assert_eq!(share.jobs[0].at_demand, Place::Client, "0.85 + 0.4 − 0.4 ≥ 0.5");
+        assert_eq!(share.jobs[0].at_demand(), Place::Client, "0.85 + 0.4 − 0.4 ≥ 0.5");
     }
 
     #[test]
