@@ -12,8 +12,15 @@
 mod allowance;
 
 use allowance::Reading;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Test-only: names a file holding a number of cores, read at every sample in place of the host's
+/// idle cores. The figure stands for a trainer host of its own, so it is reported even when every
+/// worker is on this host (loopback). End-to-end tests on one machine use it to make the trainer's
+/// host idle or busy at will; a file that cannot be read as a number of cores reports no figure.
+pub(crate) const HOST_IDLE_ENV: &str = "GRANARY_TEST_HOST_IDLE";
 
 /// Nanoseconds this process spent finishing tensors (a deferred normalization), all sessions.
 static FINISH_NANOS: AtomicU64 = AtomicU64::new(0);
@@ -84,6 +91,8 @@ pub(crate) struct HostSampler {
     idle: Option<f64>,
     finish_nanos: u64,
     finish_at: Instant,
+    /// The file read in place of the counters ([`HOST_IDLE_ENV`]).
+    stand_in: Option<PathBuf>,
 }
 
 /// What one sample found.
@@ -93,6 +102,8 @@ pub(crate) struct HostSample {
     pub(crate) idle_cores: Option<f64>,
     /// Cores spent finishing tensors over the interval.
     pub(crate) finish_cores: f64,
+    /// The idle figure is a stand-in's ([`HOST_IDLE_ENV`]), not this host's.
+    pub(crate) stand_in: bool,
 }
 
 impl HostSampler {
@@ -102,19 +113,23 @@ impl HostSampler {
             idle: None,
             finish_nanos: FINISH_NANOS.load(Ordering::Relaxed),
             finish_at: now,
+            stand_in: std::env::var_os(HOST_IDLE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from),
         }
     }
 
     /// The figures since the previous sample (idle cores from the second sample on; a sample
     /// too soon after the one before repeats its idle figure).
     pub(crate) fn sample(&mut self, now: Instant) -> HostSample {
-        let idle_cores = self.idle_between(now, Reading::now());
+        let idle_cores = match &self.stand_in {
+            Some(path) => stand_in_idle(path),
+            None => self.idle_between(now, Reading::now()),
+        };
         let nanos = FINISH_NANOS.load(Ordering::Relaxed);
         let seconds = now.saturating_duration_since(self.finish_at).as_secs_f64();
         let finish_cores =
             if seconds > 0.0 { nanos.saturating_sub(self.finish_nanos) as f64 / 1e9 / seconds } else { 0.0 };
         (self.finish_nanos, self.finish_at) = (nanos, now);
-        HostSample { idle_cores, finish_cores }
+        HostSample { idle_cores, finish_cores, stand_in: self.stand_in.is_some() }
     }
 
     fn idle_between(&mut self, now: Instant, reading: Option<Reading>) -> Option<f64> {
@@ -136,6 +151,19 @@ impl HostSampler {
         }
         self.idle
     }
+}
+
+/// The idle cores a stand-in file holds ([`HOST_IDLE_ENV`]); `None`, with a warning, when it
+/// cannot be read or holds no finite, non-negative number.
+fn stand_in_idle(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| tracing::warn!("{HOST_IDLE_ENV}: cannot read {}: {e}", path.display()))
+        .ok()?;
+    let cores = text.trim().parse::<f64>().ok().filter(|c| c.is_finite() && *c >= 0.0);
+    if cores.is_none() {
+        tracing::warn!("{HOST_IDLE_ENV}: {} holds {:?}, not a number of cores", path.display(), text.trim());
+    }
+    cores
 }
 
 #[cfg(test)]
@@ -172,6 +200,26 @@ mod tests {
         assert_eq!(s.idle_between(t0 + Duration::from_millis(2_500), ticks(1_310)), Some(0.2));
         assert_eq!(s.idle_between(t0 + Duration::from_secs(3), None), None, "unreadable");
         assert_eq!(s.idle_between(t0 + Duration::from_secs(4), ticks(1_400)), None, "measured afresh");
+    }
+
+    #[test]
+    fn a_stand_in_file_is_read_at_every_sample() {
+        let dir = std::env::temp_dir().join(format!("granary-host-idle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("idle");
+        let t0 = Instant::now();
+        let mut s = HostSampler::new(t0);
+        s.stand_in = Some(file.clone());
+        assert_eq!(s.sample(t0).idle_cores, None, "no file yet");
+        for (text, want) in
+            [("3.5\n", Some(3.5)), ("0", Some(0.0)), ("-1", None), ("NaN", None), ("two", None)]
+        {
+            std::fs::write(&file, text).expect("write");
+            let sample = s.sample(t0);
+            assert_eq!(sample.idle_cores, want, "{text:?}");
+            assert!(sample.stand_in);
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

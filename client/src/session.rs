@@ -207,8 +207,9 @@ impl Session {
         let metrics = progress.metrics.report(now, buffered);
         let mut host = progress.host.sample(now);
         // Moving work to workers that share this host's cores would only add the wire's copies
-        // on those cores: report no idle figure, which leaves the finishing here.
-        if self.workers_here.load(Ordering::Relaxed) {
+        // on those cores: report no idle figure, which leaves the finishing here. (A stand-in
+        // figure is a host of its own.)
+        if self.workers_here.load(Ordering::Relaxed) && !host.stand_in {
             host.idle_cores = None;
         }
         ClientHeartbeatRequest {

@@ -214,6 +214,9 @@ pub struct Seen {
     /// Per row, a digest of its data (with the consumer's `--rows`).
     #[serde(default)]
     pub rows: Vec<String>,
+    /// Tensor bytes that crossed the wire for the batch.
+    #[serde(default)]
+    pub wire: u64,
     /// When it was read from the process's output, which may be some time before a collect
     /// took it.
     #[serde(skip)]

@@ -1,6 +1,7 @@
 //! A trainer stand-in for the end-to-end tests: consumes a pipeline through `granary-client` and
-//! prints one JSON line per batch (`{"epoch":E,"slot":S,"keys":[…]}`), optionally stopping after
-//! N batches with its checkpoint written to a file, or resuming from one.
+//! prints one JSON line per batch (`{"epoch":E,"slot":S,"keys":[…],"wire":BYTES}`, `wire` being
+//! the tensor bytes that crossed the wire for it), optionally stopping after N batches with its
+//! checkpoint written to a file, or resuming from one.
 
 use clap::Parser;
 use granary_client::{Client, ClientOptions, Mode, Position};
@@ -61,7 +62,12 @@ async fn main() -> anyhow::Result<()> {
     let mut n = 0u64;
     while let Some(batch) = client.next().await {
         let batch = batch?;
-        let mut line = serde_json::json!({"epoch": batch.epoch, "slot": batch.slot, "keys": batch.keys});
+        let mut line = serde_json::json!({
+            "epoch": batch.epoch,
+            "slot": batch.slot,
+            "keys": batch.keys,
+            "wire": batch.wire_bytes,
+        });
         if args.rows {
             line["rows"] = row_digests(&batch).into();
         }
