@@ -31,9 +31,18 @@
 //! workers take the rest, not all of it. The bracket above becomes the share of `f_j` the
 //! workers take, `min(1, max over hosts of (f_j · elements a second at D_j − room) / (f_j ·
 //! elements a second at D_j))`.
+//!
+//! The share grows as well as shrinks: where every host would still have cores beyond the
+//! share's band (`room −` [`IMAGE_HOLD_CORES`]) once it finishes at the demand, it makes more of
+//! the images, and the workers fewer. The share of `f_j` the workers take is then negative: the
+//! spare cores over `f_j · elements a second at D_j`, down to `−(1 − s) / s` at a share `s` (all
+//! the images: a whole share costs a host `f_j / s` an element, an overestimate that counts the
+//! normalization too). A host core spent on images spares one worker core: the hosts and the
+//! workers run the same code. Hosts that do not measure their idle cores get no more images, as
+//! placement gives them none.
 
 use crate::estimate::job_demand;
-use crate::image_placement::IMAGE_TARGET_IDLE_CORES;
+use crate::image_placement::{IMAGE_HOLD_CORES, IMAGE_TARGET_IDLE_CORES};
 use crate::inputs::{JobMetrics, JobMode, Observation, sane};
 use crate::placement::{Place, keeps_room};
 use crate::wording::rate;
@@ -46,8 +55,9 @@ pub struct JobFinishing {
     /// Where it runs now.
     pub now: Place,
     /// The share of the finishing's cost the workers take at the demand: 0 while the hosts keep
-    /// room for all of it, 1 once it moves to the workers, and between for a job whose hosts make
-    /// a share of its images and would make fewer.
+    /// room for all of it, 1 once it moves to the workers, between for a job whose hosts make a
+    /// share of its images and would make fewer, and negative for one whose hosts would make
+    /// more (the part of the finishing's cost they would add).
     pub workers_take: f64,
     /// The job's demand, batches per second.
     pub demand: f64,
@@ -95,7 +105,16 @@ impl HostShare {
             let most = fewer.iter().map(|j| j.workers_take).fold(0.0, f64::max);
             parts.push(format!(
                 "at the demand they would make fewer of {}'s images, and the workers {:.0}% of that work",
-                names(&fewer),
+                job_names(&fewer),
+                most * 100.0
+            ));
+        }
+        let more: Vec<&JobFinishing> = on_hosts.iter().copied().filter(|j| j.workers_take < 0.0).collect();
+        if !more.is_empty() {
+            let most = more.iter().map(|j| -j.workers_take).fold(0.0, f64::max);
+            parts.push(format!(
+                "at the demand they would make more of {}'s images, {:.0}% more work than they finish now",
+                job_names(&more),
                 most * 100.0
             ));
         }
@@ -111,9 +130,14 @@ impl HostShare {
     }
 }
 
+/// The jobs' tensors, in words.
 fn names(jobs: &[&JobFinishing]) -> String {
-    let names: Vec<String> = jobs.iter().map(|j| format!("`{}`", j.job)).collect();
-    format!("{} tensors", names.join(", "))
+    format!("{} tensors", job_names(jobs))
+}
+
+/// The jobs, in words.
+fn job_names(jobs: &[&JobFinishing]) -> String {
+    jobs.iter().map(|j| format!("`{}`", j.job)).collect::<Vec<_>>().join(", ")
 }
 
 /// The finishing's CPU seconds per element for `job`: its clients' measure (cores spent over the
@@ -146,17 +170,37 @@ fn hosts_have_room(job: &JobMetrics, cores_per_host: f64) -> bool {
 
 /// The share of `job`'s finishing the workers take at the demand, where each consumer's host
 /// finishes `cores_per_host`: all of it or none, by placement's rule, but for a job whose hosts
-/// make a share of its images, which gives back only what the hosts lack.
+/// make a share of its images. Such hosts give back only what they lack; and where every host
+/// would have cores to spare beyond the share's band, the share grows into them (up to all the
+/// images), and the workers take less than none: a negative share, the part of the finishing's
+/// cost the hosts add.
 fn workers_take(job: &JobMetrics, cores_per_host: f64) -> f64 {
-    if job.finishing == Place::Client && job.image_share > 0.0 && cores_per_host > 0.0 {
-        let short = job.consumers.iter().fold(0.0_f64, |short, c| {
-            let Some(idle) = c.host_idle_cores.filter(|i| i.is_finite()) else { return short };
-            let room = idle + sane(c.finish_cores) - IMAGE_TARGET_IDLE_CORES;
-            short.max(cores_per_host - room.max(0.0))
-        });
-        return (short / cores_per_host).clamp(0.0, 1.0);
+    let share = job.image_share;
+    if !(job.finishing == Place::Client && share > 0.0 && cores_per_host > 0.0) {
+        return if hosts_have_room(job, cores_per_host) { 0.0 } else { 1.0 };
     }
-    if hosts_have_room(job, cores_per_host) { 0.0 } else { 1.0 }
+    // Each host's room for finishing at the demand: its idle cores and what it finishes now,
+    // less the idle cores the share steers it to. The host with the least room decides, as it
+    // does for the share.
+    let rooms: Vec<Option<f64>> = job
+        .consumers
+        .iter()
+        .map(|c| c.host_idle_cores.filter(|i| i.is_finite()).map(|idle| idle + sane(c.finish_cores)))
+        .map(|free| free.map(|f| f - IMAGE_TARGET_IDLE_CORES))
+        .collect();
+    let least = rooms.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    if least < cores_per_host {
+        return ((cores_per_host - least.max(0.0)) / cores_per_host).clamp(0.0, 1.0);
+    }
+    // Room to spare: the share grows only while every host is measured and above the band, and
+    // by no more than the rest of the images. A whole share costs a host `cores_per_host /
+    // share` (it counts the normalization too), so the rest costs `(1 − share) / share` of the
+    // finishing now.
+    if rooms.iter().any(Option::is_none) || share >= 1.0 {
+        return 0.0;
+    }
+    let spare = (least - IMAGE_HOLD_CORES - cores_per_host).max(0.0) / cores_per_host;
+    -spare.min((1.0 - share) / share)
 }
 
 /// The per-worker rate to plan with, from the measured (or estimated) `per_worker` batches per
@@ -202,9 +246,11 @@ pub fn host_share(obs: &Observation, per_worker: f64) -> Option<HostShare> {
     if jobs.is_empty() {
         return None;
     }
-    // What the workers spend finishing now cannot exceed what they spend in all; a measure that
-    // says so is noise, and a tenth of the batch's CPU is kept for the rest.
-    cpu_per_batch = (cpu_per_batch - removed).max(cpu_per_batch * 0.1) + added;
+    // What the workers spend finishing now cannot exceed what they spend in all, nor can the
+    // hosts take more than that: a measure that says so is noise, and a tenth of the batch's CPU
+    // is kept for the rest (reading, planning, sending).
+    let floor = cpu_per_batch * 0.1;
+    cpu_per_batch = ((cpu_per_batch - removed).max(floor) + added).max(floor);
     Some(HostShare { per_worker: cores / cpu_per_batch, jobs })
 }
 
@@ -294,8 +340,9 @@ mod tests {
             });
             host_share(&o, 10.0).unwrap()
         };
-        // 2.6 idle + 0.4 finishing − 1.0 target = 2.0 cores of room: all of it stays.
-        let roomy = at(2.6);
+        // 2.45 idle + 0.4 finishing − 1.0 target = 1.85 cores of room: all of it stays, and
+        // within the band's 0.25 the share holds.
+        let roomy = at(2.45);
         assert_eq!((roomy.jobs[0].at_demand(), roomy.jobs[0].workers_take), (Place::Client, 0.0));
         assert!(close(roomy.per_worker, 10.0), "{roomy:?}");
         // 1.8 idle: 1.2 cores of room for 1.6: the workers take a quarter, 0.025 CPU-s a batch
@@ -309,6 +356,42 @@ mod tests {
         let busy = at(0.2);
         assert_eq!((busy.jobs[0].at_demand(), busy.jobs[0].workers_take), (Place::Workers, 1.0));
         assert!(close(busy.per_worker, 8.0), "{busy:?}");
+    }
+
+    #[test]
+    fn hosts_with_cores_to_spare_make_more_of_the_images_up_to_all_of_them() {
+        // As above: half the images on the hosts, 1.6 cores a host at the demand.
+        let at = |share: f64, idle: [Option<f64>; 2]| {
+            let mut o = obs(2, 0.0625, None, Place::Client);
+            o.jobs[0].image_share = share;
+            o.jobs[0].consumers.iter_mut().zip(idle).for_each(|(c, idle)| {
+                c.batches_per_second = 4.0;
+                c.finish_cores = 0.4;
+                c.host_idle_cores = idle;
+            });
+            host_share(&o, 10.0).unwrap()
+        };
+        // 3.25 idle: 2.65 room, 0.8 beyond the band and the 1.6 at the demand, half of 1.6 more:
+        // the workers spend 0.05 CPU-s a batch less (0.1 for all the finishing).
+        let more = at(0.5, [Some(3.25), Some(4.0)]);
+        assert!(close(more.jobs[0].workers_take, -0.5), "{more:?}");
+        assert_eq!(more.jobs[0].at_demand(), Place::Client);
+        assert!(close(more.per_worker, 4.0 / 0.35), "{more:?}");
+        assert!(
+            more.describe().contains("would make more of `train`'s images, 50% more work"),
+            "{}",
+            more.describe()
+        );
+        // Hosts with 8 idle cores: the rest of the images, no more (a whole share costs twice
+        // what half of it does).
+        let all = at(0.5, [Some(8.0), Some(8.0)]);
+        assert!(close(all.jobs[0].workers_take, -1.0), "{all:?}");
+        assert!(close(all.per_worker, 4.0 / 0.3), "{all:?}");
+        // A host that does not measure gets none; a share of 1 has none left to take.
+        assert_eq!(at(0.5, [Some(8.0), None]).jobs[0].workers_take, 0.0);
+        assert_eq!(at(1.0, [Some(8.0), Some(8.0)]).jobs[0].workers_take, 0.0);
+        // The host with the least room decides: 1.8 idle here is short, as alone.
+        assert!(close(at(0.5, [Some(8.0), Some(1.8)]).jobs[0].workers_take, 0.25));
     }
 
     #[test]
