@@ -15,7 +15,12 @@
 //!   cores finishing took it when it last did (or [`ASSUMED_FINISH_CORES`] before it ever did)
 //!   plus the reserve plus [`HYSTERESIS_CORES`], so that a host at the edge does not flap;
 //! - a consumer that reports no idle figure (its host cannot measure it) counts as having room,
-//!   which is how clients that predate placement were served.
+//!   which is how clients that predate placement were served;
+//! - while the hosts make a share of the job's images ([`crate::image_placement`]), the
+//!   normalization stays on them: a busy host sheds images first (the share steps down at once
+//!   under the reserve, by the cores the host lacks), and the normalization, a small part of the
+//!   cost, moves only once the share is none. Moving both at once would leave the host idle and
+//!   remember the images' cost as the normalization's, so that it would not come back.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,8 +62,12 @@ pub fn keeps_room(current: Place, idle: f64, finishing_now: f64, need: f64) -> b
     idle.max(0.0) + finishing_now - need >= RESERVE_CORES + margin
 }
 
-/// Where a job's normalization runs next, from where it runs now and its consumers' loads.
-pub fn place(current: Place, consumers: &[HostLoad]) -> Place {
+/// Where a job's normalization runs next, from where it runs now, the share of its images its
+/// hosts make now, and its consumers' loads.
+pub fn place(current: Place, image_share: f64, consumers: &[HostLoad]) -> Place {
+    if current == Place::Client && image_share > 0.0 {
+        return Place::Client;
+    }
     let fits = |load: &HostLoad| -> bool {
         let Some(idle) = load.idle_cores.filter(|i| i.is_finite()) else { return true };
         match current {
@@ -89,37 +98,60 @@ mod tests {
 
     #[test]
     fn an_idle_host_finishes_and_a_busy_one_leaves_it_to_the_workers() {
-        assert_eq!(place(Place::Client, &[load(2.0, Some(0.3))]), Place::Client);
-        assert_eq!(place(Place::Client, &[load(0.1, Some(0.3))]), Place::Workers, "the trainer took the CPU");
+        assert_eq!(place(Place::Client, 0.0, &[load(2.0, Some(0.3))]), Place::Client);
+        assert_eq!(
+            place(Place::Client, 0.0, &[load(0.1, Some(0.3))]),
+            Place::Workers,
+            "the trainer took the CPU"
+        );
     }
 
     #[test]
     fn work_comes_back_to_the_client_only_with_room_for_it_and_a_margin() {
         // Finishing took 0.4 cores: back at 0.4 + 0.5 + 0.25 idle, not before.
-        assert_eq!(place(Place::Workers, &[load(1.0, Some(0.4))]), Place::Workers);
-        assert_eq!(place(Place::Workers, &[load(1.2, Some(0.4))]), Place::Client);
+        assert_eq!(place(Place::Workers, 0.0, &[load(1.0, Some(0.4))]), Place::Workers);
+        assert_eq!(place(Place::Workers, 0.0, &[load(1.2, Some(0.4))]), Place::Client);
         // Never finished yet: the assumed cost.
-        assert_eq!(place(Place::Workers, &[load(0.9, None)]), Place::Workers);
-        assert_eq!(place(Place::Workers, &[load(1.0, None)]), Place::Client);
+        assert_eq!(place(Place::Workers, 0.0, &[load(0.9, None)]), Place::Workers);
+        assert_eq!(place(Place::Workers, 0.0, &[load(1.0, None)]), Place::Client);
     }
 
     #[test]
     fn the_edge_does_not_flap() {
         // 0.6 idle while finishing: stays; the same host after moving does not come back at 0.6.
-        assert_eq!(place(Place::Client, &[load(0.6, Some(0.3))]), Place::Client);
-        assert_eq!(place(Place::Workers, &[load(0.6, Some(0.3))]), Place::Workers);
+        assert_eq!(place(Place::Client, 0.0, &[load(0.6, Some(0.3))]), Place::Client);
+        assert_eq!(place(Place::Workers, 0.0, &[load(0.6, Some(0.3))]), Place::Workers);
     }
 
     #[test]
     fn every_consumer_must_have_room_and_an_unmeasured_one_has_it() {
         let busy = load(0.0, None);
         let unmeasured = HostLoad { idle_cores: None, last_finish_cores: None };
-        assert_eq!(place(Place::Client, &[load(3.0, None), busy]), Place::Workers);
-        assert_eq!(place(Place::Client, &[unmeasured]), Place::Client);
-        assert_eq!(place(Place::Workers, &[unmeasured, load(3.0, None)]), Place::Client);
-        assert_eq!(place(Place::Client, &[]), Place::Client, "no consumer yet");
+        assert_eq!(place(Place::Client, 0.0, &[load(3.0, None), busy]), Place::Workers);
+        assert_eq!(place(Place::Client, 0.0, &[unmeasured]), Place::Client);
+        assert_eq!(place(Place::Workers, 0.0, &[unmeasured, load(3.0, None)]), Place::Client);
+        assert_eq!(place(Place::Client, 0.0, &[]), Place::Client, "no consumer yet");
         let nan = HostLoad { idle_cores: Some(f64::NAN), last_finish_cores: Some(f64::NAN) };
-        assert_eq!(place(Place::Workers, &[nan]), Place::Client, "a figure that is not one is no figure");
+        assert_eq!(
+            place(Place::Workers, 0.0, &[nan]),
+            Place::Client,
+            "a figure that is not one is no figure"
+        );
+    }
+
+    #[test]
+    fn a_busy_host_sheds_images_before_the_normalization() {
+        assert_eq!(
+            place(Place::Client, 0.25, &[load(0.1, Some(3.0))]),
+            Place::Client,
+            "the share steps down first"
+        );
+        assert_eq!(place(Place::Client, 0.0, &[load(0.1, Some(3.0))]), Place::Workers, "none left to shed");
+        assert_eq!(
+            place(Place::Client, f64::NAN, &[load(0.1, None)]),
+            Place::Workers,
+            "no share that is one"
+        );
     }
 
     #[test]

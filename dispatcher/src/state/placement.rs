@@ -24,7 +24,7 @@ impl Job {
     pub(crate) fn place_normalization(&mut self, pipeline: &str, job: &str) {
         let loads: Vec<HostLoad> =
             self.consumers.values().filter(|c| !c.gone && !c.finished).map(|c| c.host).collect();
-        let next = place(self.place, &loads);
+        let next = place(self.place, self.images.share, &loads);
         if next != self.place {
             let idle: Vec<String> = loads
                 .iter()

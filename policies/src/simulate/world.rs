@@ -181,7 +181,7 @@ impl<'s> World<'s> {
                 last_finish_cores: self.jobs[j].last_finish_cores,
             };
             let job = &mut self.jobs[j];
-            job.place = placement::place(job.place, &[load]);
+            job.place = placement::place(job.place, 0.0, &[load]);
         }
     }
 
