@@ -36,6 +36,15 @@ impl World<'_> {
         let active = self.active();
         let active_jobs = active.iter().filter(|a| **a).count() as u32;
         let t = self.t;
+        // The share of the images the hosts make, over the jobs the workers produce for.
+        let phase = s.phase_at(t);
+        let (mut demand, mut made) = (0.0, 0.0);
+        for (j, job) in self.jobs.iter().enumerate().filter(|(j, _)| active[*j]) {
+            let d = s.job_demand(j, phase);
+            demand += d;
+            made += d * job.image_share;
+        }
+        let image_share = if demand > 0.0 { made / demand } else { 0.0 };
         let mut workers = Vec::new();
         for i in 0..self.workers.len() {
             if self.workers[i].ready_at > t {
@@ -51,10 +60,19 @@ impl World<'_> {
             let cpu = (used * self.noise()).min(cores);
             // No draw for what is not measured: scenarios without finishing keep their noise.
             let finish_seconds_per_element = if finish > 0.0 { finish * self.noise() } else { 0.0 };
+            // The stages' time per element it produced: less the images the hosts made (spread
+            // over the stages, whose sum is what the autoscaler reads).
+            let stages_cost = s.cpu_seconds_per_batch();
+            let scale = if stages_cost > 0.0 {
+                (stages_cost - s.image_cpu_seconds_per_batch() * image_share) / stages_cost
+            } else {
+                1.0
+            };
             let stages = (0..s.stages.len())
                 .map(|k| StageTime {
                     stage: s.stages[k].name.clone(),
-                    seconds_per_element: s.stages[k].cpu_seconds_per_batch / b.max(1.0) * self.noise(),
+                    seconds_per_element: s.stages[k].cpu_seconds_per_batch * scale / b.max(1.0)
+                        * self.noise(),
                 })
                 .collect();
             workers.push(WorkerMetrics {
@@ -135,8 +153,7 @@ impl World<'_> {
             batches_per_epoch: spec.batches_per_epoch,
             consumers,
             finishing: job.place,
-            // The simulated finishing is a normalization: no images on the hosts.
-            image_share: 0.0,
+            image_share: job.image_share,
         }
     }
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::counts::count_at_least;
 use crate::granary::cost;
+use crate::image_placement::IMAGE_TARGET_IDLE_CORES;
 use crate::inputs::{JobMode, PoolConfig};
 use crate::placement::{self, Place};
 
@@ -66,6 +67,11 @@ pub struct Scenario {
     /// workers otherwise; 0 when the pipeline leaves none.
     #[serde(default)]
     pub finish_cpu_seconds_per_batch: f64,
+    /// CPU seconds per batch of the stages' fused image run (decode, crop) that placement of the
+    /// image run can leave to the trainers' hosts, a share of the leases at a time (part of the
+    /// stages' cost, not added to it); 0 when the pipeline has none.
+    #[serde(default)]
+    pub image_cpu_seconds_per_batch: f64,
     /// Elements per batch.
     pub elements_per_batch: u32,
     /// Cores per worker.
@@ -154,18 +160,53 @@ impl Scenario {
         }
     }
 
-    /// CPU seconds a worker spends on one batch of a job whose finishing runs at `place`.
-    pub fn cpu_seconds_per_batch_at(&self, place: Place) -> f64 {
+    /// The share of job `j`'s images its hosts settle on in phase `phase` at its full demand,
+    /// with its finishing at `place`: what leaves each host the share's target of idle cores
+    /// once it finishes, up to all of them; none while the workers finish, or where the hosts do
+    /// not measure their idle cores.
+    pub fn settled_image_share(&self, j: usize, phase: usize, place: Place) -> f64 {
+        let image = self.image_cpu_seconds_per_batch();
+        let (Some(idle), Place::Client) = (self.host_idle(j, phase), place) else { return 0.0 };
+        let demand = self.consumer_demand(j, phase);
+        if image <= 0.0 || demand <= 0.0 {
+            return 0.0;
+        }
+        let room = idle - self.finish_cpu_seconds_per_batch.max(0.0) * demand - IMAGE_TARGET_IDLE_CORES;
+        (room / (image * demand)).clamp(0.0, 1.0)
+    }
+
+    /// CPU seconds per batch of the image run the hosts can make (within the stages' cost).
+    pub fn image_cpu_seconds_per_batch(&self) -> f64 {
+        self.image_cpu_seconds_per_batch.clamp(0.0, self.cpu_seconds_per_batch())
+    }
+
+    /// CPU seconds a worker spends on one batch of a job whose finishing runs at `place` and
+    /// whose hosts make `image_share` of its images.
+    pub fn cpu_seconds_per_batch_at(&self, place: Place, image_share: f64) -> f64 {
         let finish = match place {
             Place::Client => 0.0,
             Place::Workers => self.finish_cpu_seconds_per_batch.max(0.0),
         };
-        self.cpu_seconds_per_batch() + finish
+        self.cpu_seconds_per_batch() - image_share.clamp(0.0, 1.0) * self.image_cpu_seconds_per_batch()
+            + finish
+    }
+
+    /// CPU seconds a client spends on one batch it receives: the finishing and its share of the
+    /// images while the clients finish, nothing otherwise.
+    pub fn client_seconds_per_batch(&self, place: Place, image_share: f64) -> f64 {
+        match place {
+            Place::Client => {
+                self.finish_cpu_seconds_per_batch.max(0.0)
+                    + image_share.clamp(0.0, 1.0) * self.image_cpu_seconds_per_batch()
+            }
+            Place::Workers => 0.0,
+        }
     }
 
     /// The oracle's count for phase `phase` with the jobs marked `active`: the fewest workers
     /// within the bounds that keep every trainer from waiting, or with prices the count of least
-    /// cost per batch. Each job costs the workers its finishing where placement settles it.
+    /// cost per batch. Each job costs the workers its finishing where placement settles it, less
+    /// the share of its images its hosts settle on.
     pub fn oracle_count(&self, phase: usize, active: &[bool]) -> u32 {
         let mut demand = 0.0;
         let mut cpu = 0.0;
@@ -173,8 +214,9 @@ impl Scenario {
         for (j, job) in self.jobs.iter().enumerate() {
             if active.get(j).copied().unwrap_or(false) {
                 let d = self.job_demand(j, phase);
+                let place = self.settled_place(j, phase);
                 demand += d;
-                cpu += d * self.cpu_seconds_per_batch_at(self.settled_place(j, phase));
+                cpu += d * self.cpu_seconds_per_batch_at(place, self.settled_image_share(j, phase, place));
                 consumers += f64::from(job.consumers);
             }
         }

@@ -3,12 +3,16 @@
 //! empty. Advanced in fixed ticks. A pipeline with finishing has it placed per job each tick by
 //! the dispatcher's rule ([`placement::place`]) from what the trainers' hosts measure: on the
 //! clients it costs the hosts' idle cores (and a host short of them slows its trainer), on the
-//! workers it costs their CPU.
+//! workers it costs their CPU. A pipeline with an image run has the share of it the hosts make
+//! set per job by the dispatcher's rule too ([`image_placement::image_share`], at most a step
+//! each time its settling allows): that share of the run's cost moves from the workers to the
+//! clients' finishing.
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use super::scenario::Scenario;
+use crate::image_placement::{self, ImageWish};
 use crate::inputs::JobMode;
 use crate::placement::{self, HostLoad, Place};
 
@@ -53,6 +57,9 @@ pub(crate) struct SimJob {
     /// the last such figure above 0.
     pub(crate) finish_cores: f64,
     pub(crate) last_finish_cores: Option<f64>,
+    /// The share of its images its hosts make, and when it last moved.
+    pub(crate) image_share: f64,
+    pub(crate) image_moved_at: Option<f64>,
 }
 
 /// The whole simulated system.
@@ -170,26 +177,39 @@ impl<'s> World<'s> {
         Some((idle - self.jobs.get(j).map_or(0.0, |job| job.finish_cores)).max(0.0))
     }
 
-    /// Moves each job's finishing as the dispatcher would, from its hosts' latest figures.
+    /// Moves each job's finishing, and the share of its images its hosts make, as the
+    /// dispatcher would, from its hosts' latest figures.
     fn place_finishing(&mut self) {
-        if self.s.finish_cpu_seconds_per_batch <= 0.0 {
+        let images = self.s.image_cpu_seconds_per_batch() > 0.0;
+        if self.s.finish_cpu_seconds_per_batch <= 0.0 && !images {
             return;
         }
+        let t = self.t;
         for j in 0..self.jobs.len() {
             let load = HostLoad {
                 idle_cores: self.measured_idle(j),
                 last_finish_cores: self.jobs[j].last_finish_cores,
             };
             let job = &mut self.jobs[j];
-            job.place = placement::place(job.place, 0.0, &[load]);
+            job.place = placement::place(job.place, job.image_share, &[load]);
+            if !images {
+                continue;
+            }
+            let next = image_placement::image_share(job.image_share, job.place, &[(ImageWish::Auto, load)]);
+            let waits = job.image_moved_at.is_some_and(|at| t < at + next.settle_ms as f64 / 1000.0);
+            if next.share != job.image_share && !waits {
+                job.image_share = next.share;
+                job.image_moved_at = Some(t);
+            }
         }
     }
 
     /// Batches per second job `j`'s clients can finish while they finish them: each host's
-    /// idle cores over the finishing's cost per batch (unlimited on the workers, or unmeasured).
+    /// idle cores over the finishing's cost per batch, its share of the images included
+    /// (unlimited on the workers, or unmeasured).
     fn finishing_cap(&self, j: usize, phase: usize) -> f64 {
-        let finish = self.s.finish_cpu_seconds_per_batch;
         let (Some(job), Some(spec)) = (self.jobs.get(j), self.s.jobs.get(j)) else { return f64::INFINITY };
+        let finish = self.s.client_seconds_per_batch(job.place, job.image_share);
         match (job.place, self.s.host_idle(j, phase)) {
             (Place::Client, Some(idle)) if finish > 0.0 => {
                 let per_consumer = idle.max(0.0) / finish;
@@ -211,7 +231,8 @@ impl<'s> World<'s> {
         let running = self.running();
         // In CPU seconds: a job costs the workers its finishing when they do it.
         let capacity = f64::from(running) * f64::from(s.cores_per_worker) * dt;
-        let cpu: Vec<f64> = self.jobs.iter().map(|job| s.cpu_seconds_per_batch_at(job.place)).collect();
+        let cpu: Vec<f64> =
+            self.jobs.iter().map(|job| s.cpu_seconds_per_batch_at(job.place, job.image_share)).collect();
         let active = self.active();
         let n_active = active.iter().filter(|a| **a).count().max(1) as f64;
         let mut wanted = vec![0.0; self.jobs.len()];
@@ -265,10 +286,7 @@ impl<'s> World<'s> {
                 JobMode::Distributed => taken / f64::from(s.jobs[j].consumers.max(1)),
                 JobMode::Replicated => taken,
             };
-            job.finish_cores = match job.place {
-                Place::Client => per_consumer / dt * s.finish_cpu_seconds_per_batch.max(0.0),
-                Place::Workers => 0.0,
-            };
+            job.finish_cores = per_consumer / dt * s.client_seconds_per_batch(job.place, job.image_share);
             job.last_finish_cores =
                 placement::remembered_finish_cores(job.last_finish_cores, job.finish_cores);
         }
@@ -292,7 +310,7 @@ impl<'s> World<'s> {
         for (j, job) in self.jobs.iter().enumerate().filter(|(j, _)| self.is_active(*j)) {
             let d = self.s.job_demand(j, phase);
             demand += d;
-            cpu += d * self.s.cpu_seconds_per_batch_at(job.place);
+            cpu += d * self.s.cpu_seconds_per_batch_at(job.place, job.image_share);
         }
         if demand > 0.0 && cpu > 0.0 {
             f64::from(self.s.cores_per_worker) * demand / cpu
@@ -362,7 +380,33 @@ mod tests {
             "on the clients while the hosts have 6 idle cores, on the workers while they have 1"
         );
         // While the hosts finish, the workers make more batches per core.
-        assert!(s.cpu_seconds_per_batch_at(Place::Client) < s.cpu_seconds_per_batch_at(Place::Workers));
+        assert!(
+            s.cpu_seconds_per_batch_at(Place::Client, 0.0) < s.cpu_seconds_per_batch_at(Place::Workers, 0.0)
+        );
+    }
+
+    #[test]
+    fn the_image_share_settles_where_the_hosts_keep_a_core_idle_and_gives_way_while_they_are_busy() {
+        let s = crate::simulate::catalog::named("image-hosts").unwrap();
+        let mut w = World::new(&s);
+        w.scale_to(4);
+        let mut seen = Vec::new();
+        for _ in 0..1500 {
+            w.tick();
+            if [500.0, 900.0, 1400.0].contains(&w.t) {
+                let job = &w.jobs[0];
+                seen.push((w.t, job.place, job.image_share, w.measured_idle(0).unwrap_or(f64::NAN)));
+            }
+        }
+        // 7 idle cores: 1.75 for the normalization, 0.30 of the images (4.25 cores) would leave
+        // 1; the share holds within a quarter core of it. 3 idle: the normalization stays, and
+        // the share all but goes. 7 again: it comes back.
+        let settled = |(_, place, share, idle): (f64, Place, f64, f64)| {
+            place == Place::Client && (0.2..0.4).contains(&share) && (0.75..=1.25).contains(&idle)
+        };
+        assert!(settled(seen[0]) && settled(seen[2]), "{seen:?}");
+        let (_, place, share, idle) = seen[1];
+        assert!(place == Place::Client && share < 0.05 && idle >= 0.5, "{seen:?}");
     }
 
     #[test]
