@@ -121,6 +121,15 @@ fn base(name: &str, description: &str) -> Scenario {
     }
 }
 
+/// One job at 0.146 s a step whose trainers' hosts have `idle` idle cores, `busy` from 600 s
+/// to 1,200 s (a colocated job took the rest), then `idle` again.
+fn busy_hosts(idle: f64, busy: f64) -> Vec<Phase> {
+    [(0.0, idle), (600.0, busy), (1_200.0, idle)]
+        .into_iter()
+        .map(|(start, idle)| Phase { host_idle_cores: vec![idle], ..phase(start, &[0.146]) })
+        .collect()
+}
+
 /// One job of two consumers at 0.146 s per step (13.7 batches/s) whose finishing (2 ms per
 /// element: the final normalization and layout of a larger output) runs on the trainers' hosts
 /// while they have room: 6 idle cores each, then 1 from 600 s to 1,200 s (a colocated job took
@@ -135,10 +144,7 @@ fn trainer_hosts() -> Scenario {
     s.stages.retain(|stage| stage.name != "image.normalize");
     s.finish_cpu_seconds_per_batch = 2.0 / 1000.0 * f64::from(BATCH);
     s.jobs[0].batches = 24_000;
-    s.phases = [(0.0, 6.0), (600.0, 1.0), (1_200.0, 6.0)]
-        .into_iter()
-        .map(|(start, idle)| Phase { host_idle_cores: vec![idle], ..phase(start, &[0.146]) })
-        .collect();
+    s.phases = busy_hosts(6.0, 1.0);
     s
 }
 
@@ -158,10 +164,7 @@ fn image_hosts() -> Scenario {
     s.finish_cpu_seconds_per_batch = 1.0 / 1000.0 * f64::from(BATCH);
     s.image_cpu_seconds_per_batch = 8.0 / 1000.0 * f64::from(BATCH);
     s.jobs[0].batches = 24_000;
-    s.phases = [(0.0, 7.0), (600.0, 3.0), (1_200.0, 7.0)]
-        .into_iter()
-        .map(|(start, idle)| Phase { host_idle_cores: vec![idle], ..phase(start, &[0.146]) })
-        .collect();
+    s.phases = busy_hosts(7.0, 3.0);
     s
 }
 
