@@ -22,8 +22,11 @@ use std::time::Instant;
 /// host idle or busy at will; a file that cannot be read as a number of cores reports no figure.
 pub(crate) const HOST_IDLE_ENV: &str = "GRANARY_TEST_HOST_IDLE";
 
-/// Nanoseconds this process spent finishing tensors (a deferred normalization), all sessions.
+/// Nanoseconds this process spent finishing tensors (a deferred normalization, and the images
+/// made from the workers' plans), all sessions.
 static FINISH_NANOS: AtomicU64 = AtomicU64::new(0);
+/// Of those, the nanoseconds spent making images.
+static IMAGE_NANOS: AtomicU64 = AtomicU64::new(0);
 
 /// A stretch of one thread's work finishing tensors. [`Finishing::end`] counts the CPU time the
 /// thread used in it, so that images made on several threads count each thread's share and a
@@ -32,12 +35,20 @@ static FINISH_NANOS: AtomicU64 = AtomicU64::new(0);
 pub(crate) struct Finishing {
     cpu: Option<u64>,
     wall: Instant,
+    /// It makes images (counted apart too, so that placement can tell them from the
+    /// normalization).
+    images: bool,
 }
 
 impl Finishing {
     /// Starts a stretch on the calling thread.
     pub(crate) fn start() -> Self {
-        Finishing { cpu: thread_cpu_nanos(), wall: Instant::now() }
+        Finishing { cpu: thread_cpu_nanos(), wall: Instant::now(), images: false }
+    }
+
+    /// Starts a stretch of making images on the calling thread.
+    pub(crate) fn images() -> Self {
+        Finishing { images: true, ..Finishing::start() }
     }
 
     /// Ends the stretch on the thread that started it and counts it.
@@ -46,6 +57,11 @@ impl Finishing {
             (Some(start), Some(now)) => now.saturating_sub(start),
             _ => u64::try_from(self.wall.elapsed().as_nanos()).unwrap_or(u64::MAX),
         };
+        // Images first: a sample that reads both between the two adds sees the images within
+        // the finishing, never more images than finishing.
+        if self.images {
+            IMAGE_NANOS.fetch_add(nanos, Ordering::Relaxed);
+        }
         FINISH_NANOS.fetch_add(nanos, Ordering::Relaxed);
     }
 }
@@ -90,6 +106,7 @@ pub(crate) struct HostSampler {
     /// The idle cores measured then.
     idle: Option<f64>,
     finish_nanos: u64,
+    image_nanos: u64,
     finish_at: Instant,
     /// The file read in place of the counters ([`HOST_IDLE_ENV`]).
     stand_in: Option<PathBuf>,
@@ -102,6 +119,8 @@ pub(crate) struct HostSample {
     pub(crate) idle_cores: Option<f64>,
     /// Cores spent finishing tensors over the interval.
     pub(crate) finish_cores: f64,
+    /// Of those, cores spent making images.
+    pub(crate) image_cores: f64,
     /// The idle figure is a stand-in's ([`HOST_IDLE_ENV`]), not this host's.
     pub(crate) stand_in: bool,
 }
@@ -112,6 +131,7 @@ impl HostSampler {
             last: None,
             idle: None,
             finish_nanos: FINISH_NANOS.load(Ordering::Relaxed),
+            image_nanos: IMAGE_NANOS.load(Ordering::Relaxed),
             finish_at: now,
             stand_in: std::env::var_os(HOST_IDLE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from),
         }
@@ -124,12 +144,17 @@ impl HostSampler {
             Some(path) => stand_in_idle(path),
             None => self.idle_between(now, Reading::now()),
         };
+        // Images before the finishing, as they are counted the other way round.
+        let image_nanos = IMAGE_NANOS.load(Ordering::Relaxed);
         let nanos = FINISH_NANOS.load(Ordering::Relaxed);
         let seconds = now.saturating_duration_since(self.finish_at).as_secs_f64();
-        let finish_cores =
-            if seconds > 0.0 { nanos.saturating_sub(self.finish_nanos) as f64 / 1e9 / seconds } else { 0.0 };
-        (self.finish_nanos, self.finish_at) = (nanos, now);
-        HostSample { idle_cores, finish_cores, stand_in: self.stand_in.is_some() }
+        let cores = |now: u64, then: u64| {
+            if seconds > 0.0 { now.saturating_sub(then) as f64 / 1e9 / seconds } else { 0.0 }
+        };
+        let finish_cores = cores(nanos, self.finish_nanos);
+        let image_cores = cores(image_nanos, self.image_nanos).min(finish_cores);
+        (self.finish_nanos, self.image_nanos, self.finish_at) = (nanos, image_nanos, now);
+        HostSample { idle_cores, finish_cores, image_cores, stand_in: self.stand_in.is_some() }
     }
 
     fn idle_between(&mut self, now: Instant, reading: Option<Reading>) -> Option<f64> {
@@ -276,5 +301,24 @@ mod tests {
         let counted = Duration::from_nanos(FINISH_NANOS.load(Ordering::Relaxed) - before);
         assert!(counted >= Duration::from_millis(80), "{counted:?}");
         assert!(counted < Duration::from_millis(400), "the sleeps were counted: {counted:?}");
+    }
+
+    #[test]
+    fn images_count_apart_and_within_the_finishing() {
+        if thread_cpu_nanos().is_none() {
+            return;
+        }
+        let t0 = Instant::now();
+        let mut s = HostSampler::new(t0);
+        let images = Finishing::images();
+        spin(Duration::from_millis(30));
+        images.end();
+        let normalization = Finishing::start();
+        spin(Duration::from_millis(30));
+        normalization.end();
+        let sample = s.sample(t0 + Duration::from_secs(1));
+        // Over 1 s: at least 0.06 cores finishing, at least 0.03 of them images, and not all.
+        assert!(sample.finish_cores >= 0.06, "{sample:?}");
+        assert!(sample.image_cores >= 0.03 && sample.image_cores < sample.finish_cores, "{sample:?}");
     }
 }

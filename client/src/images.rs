@@ -79,7 +79,7 @@ fn make_tensor(tensor: &mut Tensor, keys: &[String], threads: usize) -> Result<(
                 let offsets = &offsets;
                 scope.spawn(move || {
                     // Each thread counts its own CPU time: the host's share is the sum.
-                    let stretch = Finishing::start();
+                    let stretch = Finishing::images();
                     let failed = images.chunks_exact_mut(image).enumerate().find_map(|(i, pixels)| {
                         let row = chunk * per + i;
                         let bytes = &data[offsets[row]..offsets[row + 1]];

@@ -224,6 +224,7 @@ impl Session {
             wants_data: !progress.finished && buffered < READY_LIMIT,
             host_idle_cores: host.idle_cores,
             finish_cores: host.finish_cores,
+            image_cores: Some(host.image_cores),
         }
     }
 }

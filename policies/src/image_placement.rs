@@ -18,6 +18,8 @@
 //!   [`IMAGE_HOLD_CORES`] of it the share holds. Off it, the share moves by the cores a host is
 //!   off over the cores a whole share costs it: what its client spends finishing now over its
 //!   share now, an overestimate (it counts the normalization too) that keeps the steps short.
+//!   (Exact steps, from the images' cores alone, move the share faster than the workers' rate
+//!   is measured: in the simulator the autoscaler then needed a third decision to settle.)
 //!   Before that cost is known (no share yet), the share moves by [`IMAGE_SHARE_STEP`] up and
 //!   twice that down. A step moves at least [`IMAGE_MIN_STEP`], and up at most
 //!   [`IMAGE_MAX_STEP_UP`]. The host with the least room decides;
@@ -150,7 +152,7 @@ mod tests {
     use super::*;
 
     fn load(idle: f64) -> HostLoad {
-        HostLoad { idle_cores: Some(idle), last_finish_cores: None }
+        HostLoad { idle_cores: Some(idle), ..HostLoad::default() }
     }
 
     fn share(current: f64, consumers: &[(ImageWish, HostLoad)]) -> f64 {
@@ -174,8 +176,12 @@ mod tests {
     #[test]
     fn a_known_cost_sizes_the_step_to_the_cores_a_host_is_off() {
         // Half the images cost the host 1 core: 2 cores a share.
-        let with =
-            |idle| [(ImageWish::Auto, HostLoad { idle_cores: Some(idle), last_finish_cores: Some(1.0) })];
+        let with = |idle| {
+            [(
+                ImageWish::Auto,
+                HostLoad { idle_cores: Some(idle), last_finish_cores: Some(1.0), last_image_cores: None },
+            )]
+        };
         // 0.4 cores over the target: 0.2 more of the share; 2 cores over: at most a quarter.
         assert!((share(0.5, &with(1.4)) - 0.7).abs() < 1e-9);
         assert_eq!(share(0.5, &with(3.0)), 0.75);
@@ -183,7 +189,10 @@ mod tests {
         assert!((share(0.5, &with(0.5)) - 0.25).abs() < 1e-9);
         assert!((share(0.5, &with(0.74)) - 0.37).abs() < 1e-9);
         // At 16 cores a share, 0.3 cores under is a sliver: the least step.
-        let costly = [(ImageWish::Auto, HostLoad { idle_cores: Some(0.7), last_finish_cores: Some(8.0) })];
+        let costly = [(
+            ImageWish::Auto,
+            HostLoad { idle_cores: Some(0.7), last_finish_cores: Some(8.0), last_image_cores: None },
+        )];
         assert_eq!(share(0.5, &costly), 0.5 - IMAGE_MIN_STEP);
         assert_eq!(image_share(0.5, Place::Client, &with(0.2)).settle_ms, 0, "under the reserve: at once");
     }
@@ -196,7 +205,11 @@ mod tests {
         let idle = |share: f64| free - 0.1 - per_share * share;
         for _ in 0..40 {
             let finishing = 0.1 + per_share * current;
-            let load = HostLoad { idle_cores: Some(idle(current)), last_finish_cores: Some(finishing) };
+            let load = HostLoad {
+                idle_cores: Some(idle(current)),
+                last_finish_cores: Some(finishing),
+                last_image_cores: None,
+            };
             current = share(current, &[(ImageWish::Auto, load)]);
         }
         (current, idle(current))

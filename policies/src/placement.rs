@@ -12,8 +12,9 @@
 //! - while the clients finish, the job stays on them as long as every consumer's host keeps at
 //!   least [`RESERVE_CORES`] idle (what the hosts measure already excludes the finishing);
 //! - while the workers finish, the job moves to the clients once every consumer's host has the
-//!   cores finishing took it when it last did (or [`ASSUMED_FINISH_CORES`] before it ever did)
-//!   plus the reserve plus [`HYSTERESIS_CORES`], so that a host at the edge does not flap;
+//!   cores the normalization took it when it last finished (its finishing less the images it
+//!   made then; or [`ASSUMED_FINISH_CORES`] before it ever did) plus the reserve plus
+//!   [`HYSTERESIS_CORES`], so that a host at the edge does not flap;
 //! - a consumer that reports no idle figure (its host cannot measure it) counts as having room,
 //!   which is how clients that predate placement were served;
 //! - while the hosts make a share of the job's images ([`crate::image_placement`]), the
@@ -47,8 +48,32 @@ pub const ASSUMED_FINISH_CORES: f64 = 0.25;
 pub struct HostLoad {
     /// Cores its host left idle over the last interval; `None` when it cannot measure them.
     pub idle_cores: Option<f64>,
-    /// Cores finishing took the client when it last finished tensors; `None` before it did.
+    /// Cores finishing took the client when it last finished tensors (the normalization and
+    /// the images it made); `None` before it did.
     pub last_finish_cores: Option<f64>,
+    /// Of those, the cores making images took, from the same report; `None` from a client that
+    /// does not tell them apart.
+    pub last_image_cores: Option<f64>,
+}
+
+impl HostLoad {
+    /// The load after a report of `idle_cores`, and of `finish_cores` spent finishing, of which
+    /// `image_cores` on images: the finishing's costs are the report's when the client was
+    /// finishing (more than nothing), else those known before.
+    pub fn reported(&self, idle_cores: Option<f64>, finish_cores: f64, image_cores: Option<f64>) -> HostLoad {
+        if !(finish_cores.is_finite() && finish_cores > 0.0) {
+            return HostLoad { idle_cores, ..*self };
+        }
+        let images = image_cores.filter(|c| c.is_finite()).map(|c| c.clamp(0.0, finish_cores));
+        HostLoad { idle_cores, last_finish_cores: Some(finish_cores), last_image_cores: images }
+    }
+
+    /// Cores the normalization took when the client last finished: its finishing less the
+    /// images it made then (all of it from a client that does not tell them apart).
+    pub fn last_normalize_cores(&self) -> Option<f64> {
+        let finish = self.last_finish_cores.filter(|c| c.is_finite())?;
+        Some((finish - self.last_image_cores.unwrap_or(0.0)).max(0.0))
+    }
 }
 
 /// Whether a host with `idle` idle cores, whose client finishes with `finishing_now` cores now,
@@ -74,7 +99,7 @@ pub fn place(current: Place, image_share: f64, consumers: &[HostLoad]) -> Place 
             // What the host measures already excludes the finishing it does.
             Place::Client => keeps_room(current, idle, 0.0, 0.0),
             Place::Workers => {
-                let need = load.last_finish_cores.filter(|c| c.is_finite()).unwrap_or(ASSUMED_FINISH_CORES);
+                let need = load.last_normalize_cores().unwrap_or(ASSUMED_FINISH_CORES);
                 keeps_room(current, idle, 0.0, need.max(0.0))
             }
         }
@@ -82,18 +107,12 @@ pub fn place(current: Place, image_share: f64, consumers: &[HostLoad]) -> Place 
     if consumers.iter().all(fits) { Place::Client } else { Place::Workers }
 }
 
-/// What a consumer's latest report says about its finishing cost: the cores it spent, when it
-/// was finishing (more than nothing), else what was known before.
-pub fn remembered_finish_cores(before: Option<f64>, reported: f64) -> Option<f64> {
-    if reported.is_finite() && reported > 0.0 { Some(reported) } else { before }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn load(idle: f64, last: Option<f64>) -> HostLoad {
-        HostLoad { idle_cores: Some(idle), last_finish_cores: last }
+        HostLoad { idle_cores: Some(idle), last_finish_cores: last, last_image_cores: None }
     }
 
     #[test]
@@ -126,12 +145,16 @@ mod tests {
     #[test]
     fn every_consumer_must_have_room_and_an_unmeasured_one_has_it() {
         let busy = load(0.0, None);
-        let unmeasured = HostLoad { idle_cores: None, last_finish_cores: None };
+        let unmeasured = HostLoad::default();
         assert_eq!(place(Place::Client, 0.0, &[load(3.0, None), busy]), Place::Workers);
         assert_eq!(place(Place::Client, 0.0, &[unmeasured]), Place::Client);
         assert_eq!(place(Place::Workers, 0.0, &[unmeasured, load(3.0, None)]), Place::Client);
         assert_eq!(place(Place::Client, 0.0, &[]), Place::Client, "no consumer yet");
-        let nan = HostLoad { idle_cores: Some(f64::NAN), last_finish_cores: Some(f64::NAN) };
+        let nan = HostLoad {
+            idle_cores: Some(f64::NAN),
+            last_finish_cores: Some(f64::NAN),
+            last_image_cores: None,
+        };
         assert_eq!(
             place(Place::Workers, 0.0, &[nan]),
             Place::Client,
@@ -156,9 +179,25 @@ mod tests {
 
     #[test]
     fn the_finishing_cost_is_remembered_from_when_the_client_finished() {
-        assert_eq!(remembered_finish_cores(None, 0.3), Some(0.3));
-        assert_eq!(remembered_finish_cores(Some(0.3), 0.0), Some(0.3), "the workers finish now");
-        assert_eq!(remembered_finish_cores(Some(0.3), f64::NAN), Some(0.3));
-        assert_eq!(remembered_finish_cores(None, 0.0), None);
+        let first = HostLoad::default().reported(Some(2.0), 0.3, None);
+        assert_eq!((first.last_finish_cores, first.last_normalize_cores()), (Some(0.3), Some(0.3)));
+        let workers = first.reported(Some(1.0), 0.0, Some(0.0));
+        assert_eq!(workers, HostLoad { idle_cores: Some(1.0), ..first }, "the workers finish now");
+        assert_eq!(first.reported(None, f64::NAN, None).last_finish_cores, Some(0.3));
+        assert_eq!(HostLoad::default().reported(None, 0.0, None).last_finish_cores, None);
+    }
+
+    #[test]
+    fn the_normalization_comes_back_for_its_own_cost_not_the_images() {
+        // The client last finished with 2.4 cores, 2.1 of them images: the normalization needs
+        // 0.3 + 0.5 + 0.25 to come back, not 3.15.
+        let load = HostLoad::default().reported(Some(1.1), 2.4, Some(2.1));
+        assert!((load.last_normalize_cores().unwrap() - 0.3).abs() < 1e-9);
+        assert_eq!(place(Place::Workers, 0.0, &[load]), Place::Client);
+        // A client that does not tell them apart: all of it counts.
+        let old = HostLoad::default().reported(Some(1.1), 2.4, None);
+        assert_eq!(place(Place::Workers, 0.0, &[old]), Place::Workers);
+        // More images than finishing is noise: capped.
+        assert_eq!(HostLoad::default().reported(None, 1.0, Some(3.0)).last_normalize_cores(), Some(0.0));
     }
 }

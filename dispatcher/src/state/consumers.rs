@@ -5,7 +5,7 @@ use super::placement::image_wish;
 use super::tallies::{SessionSeen, TrainerTotals};
 use super::{Consumer, DispatchError, ImagePlacement, Job, MixFacts, Replay, SplitStatus, State, check_name};
 use crate::plan::{Mode, PlanSettings};
-use granary_policies::placement::{HostLoad, Place, remembered_finish_cores};
+use granary_policies::placement::{HostLoad, Place};
 use granary_proto::v1 as pb;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -208,7 +208,7 @@ impl State {
                 metrics: None,
                 seen: SessionSeen::default(),
                 demand: Demand::registered(now, req.wants_data, &self.timing),
-                host: HostLoad { idle_cores: None, last_finish_cores: None },
+                host: HostLoad::default(),
                 images: image_wish(req.image_plans),
             },
         );
@@ -289,10 +289,7 @@ impl State {
             // epoch-start heartbeat would otherwise undo `finished`).
             let progressed = (req.finished, req.epoch, req.delivered) > (c.finished, c.epoch, c.delivered);
             asks = c.demand.heartbeat(now, req.wants_data, progressed, &timing);
-            c.host = HostLoad {
-                idle_cores: req.host_idle_cores,
-                last_finish_cores: remembered_finish_cores(c.host.last_finish_cores, req.finish_cores),
-            };
+            c.host = c.host.reported(req.host_idle_cores, req.finish_cores, req.image_cores);
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
                 // Epochs are leased at most one ahead of the slowest consumer: a new epoch
                 // may open the next one to leasing.

@@ -54,9 +54,9 @@ pub(crate) struct SimJob {
     /// Where its finishing runs.
     pub(crate) place: Place,
     /// Cores each client spent finishing over the last tick (0 while the workers finish), and
-    /// the last such figure above 0.
+    /// the costs its last report above 0 gave (idle cores aside).
     pub(crate) finish_cores: f64,
-    pub(crate) last_finish_cores: Option<f64>,
+    pub(crate) last: HostLoad,
     /// The share of its images its hosts make, and when it last moved.
     pub(crate) image_share: f64,
     pub(crate) image_moved_at: Option<f64>,
@@ -186,10 +186,7 @@ impl<'s> World<'s> {
         }
         let t = self.t;
         for j in 0..self.jobs.len() {
-            let load = HostLoad {
-                idle_cores: self.measured_idle(j),
-                last_finish_cores: self.jobs[j].last_finish_cores,
-            };
+            let load = HostLoad { idle_cores: self.measured_idle(j), ..self.jobs[j].last };
             let job = &mut self.jobs[j];
             job.place = placement::place(job.place, job.image_share, &[load]);
             if !images {
@@ -287,8 +284,11 @@ impl<'s> World<'s> {
                 JobMode::Replicated => taken,
             };
             job.finish_cores = per_consumer / dt * s.client_seconds_per_batch(job.place, job.image_share);
-            job.last_finish_cores =
-                placement::remembered_finish_cores(job.last_finish_cores, job.finish_cores);
+            let image_cores = match job.place {
+                Place::Client => per_consumer / dt * job.image_share * s.image_cpu_seconds_per_batch(),
+                Place::Workers => 0.0,
+            };
+            job.last = job.last.reported(None, job.finish_cores, Some(image_cores));
         }
         let total: f64 = produced.iter().sum();
         let share = if running > 0 { 1.0 / f64::from(running) } else { 0.0 };
