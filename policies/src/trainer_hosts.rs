@@ -185,8 +185,10 @@ fn workers_take(job: &JobMetrics, cores_per_host: f64) -> f64 {
     let rooms: Vec<Option<f64>> = job
         .consumers
         .iter()
-        .map(|c| c.host_idle_cores.filter(|i| i.is_finite()).map(|idle| idle + sane(c.finish_cores)))
-        .map(|free| free.map(|f| f - IMAGE_TARGET_IDLE_CORES))
+        .map(|c| {
+            let idle = c.host_idle_cores.filter(|i| i.is_finite())?;
+            Some(idle + sane(c.finish_cores) - IMAGE_TARGET_IDLE_CORES)
+        })
         .collect();
     let least = rooms.iter().flatten().copied().fold(f64::INFINITY, f64::min);
     if least < cores_per_host {
