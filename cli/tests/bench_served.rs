@@ -141,3 +141,33 @@ fn trainers_need_workers_and_do_not_mix_with_tls_and_bad_stalls_are_refused() {
         assert!(err.contains("--stall-seconds") && err.contains("seconds"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn bench_steps_report_the_rate_against_the_steps_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = data(dir.path());
+    let flags =
+        ["--json", "--workers", "1", "--warmup", "1", "--batches", "4", "--threads", "1", "--step-ms", "20"];
+    let r: Value =
+        serde_json::from_str(bench(&flags, &set).lines().last().expect("a JSON line")).expect("JSON");
+    assert_eq!(r["step_ms"].as_f64(), Some(20.0), "{r}");
+    // Batches of 4 every 20 ms at most: 200 items/s. A trainer can read no faster than its steps.
+    let bound = r["vs_step_bound"].as_f64().expect("vs_step_bound");
+    assert!(bound > 0.0 && bound <= 1.05, "{r}");
+    let rate = r["items_per_s"].as_f64().expect("items_per_s");
+    assert!((rate / 200.0 - bound).abs() < 0.01, "the ratio is the rate over 200 items/s: {r}");
+
+    let text = bench(
+        &["--workers", "1", "--warmup", "0", "--batches", "2", "--threads", "1", "--step-ms", "5"],
+        &set,
+    );
+    assert!(text.contains("items/s that 5 ms steps allow"), "{text}");
+    for bad in ["-1", "nan", "3600001"] {
+        let flag = format!("--step-ms={bad}");
+        let out = support::granary("bench", &[MANIFEST, "--workers", "1", &flag]);
+        assert!(!out.status.success(), "{bad}");
+        assert!(support::text(&out.stderr).contains("milliseconds"), "{bad}");
+    }
+    let out = support::granary("bench", &[MANIFEST, "--step-ms", "20"]);
+    assert!(!out.status.success() && support::text(&out.stderr).contains("--workers"), "{out:?}");
+}

@@ -87,6 +87,12 @@ pub struct BenchArgs {
     /// covers the stall.
     #[arg(long, requires = "workers", default_value_t = 0.0, value_parser = stall_seconds)]
     pub stall_seconds: f64,
+    /// With `--workers`: each trainer spends this many milliseconds on a step after every batch
+    /// (a sleep, as a trainer's thread waits on its accelerator), so that a pipeline that keeps
+    /// up shows what the client costs the trainer: the report gives the rate against the
+    /// steps' own bound (`vs_step_bound`) and the wait in `next()`.
+    #[arg(long, requires = "workers", default_value_t = 0.0, value_parser = step_ms)]
+    pub step_ms: f64,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -164,6 +170,12 @@ struct Report {
     /// `--stall-seconds`, when the trainers stalled after each round.
     #[serde(skip_serializing_if = "Option::is_none")]
     stall_seconds: Option<f64>,
+    /// `--step-ms`, when the trainers took a step after each batch, and the served rate over
+    /// the steps' own bound (`batch_size` rows every `step_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_step_bound: Option<f64>,
     #[serde(flatten)]
     tls: Option<TlsReport>,
     #[serde(flatten)]
@@ -362,6 +374,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         worker_peak_rss_bytes_per_core: served
             .and_then(|s| s.worker_peak_rss_bytes.map(|b| b / s.worker_threads.max(1) as u64)),
         stall_seconds: served.and(Some(args.stall_seconds)).filter(|s| *s > 0.0),
+        step_ms: served.and(Some(args.step_ms)).filter(|s| *s > 0.0),
+        vs_step_bound: served
+            .filter(|_| args.step_ms > 0.0)
+            .map(|s| round3(s.measurement.items_per_s / step_bound(batch_size, args.step_ms))),
         tls: comparison.as_ref().map(TlsReport::of),
         trainers: many.as_ref().map(TrainersReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
@@ -395,6 +411,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 println!(
                     "              (the trainers stalled {:.1} s after each round, their clients open)",
                     args.stall_seconds
+                );
+            }
+            if args.step_ms > 0.0 {
+                let bound = step_bound(batch_size, args.step_ms);
+                println!(
+                    "              {:>9.3} of the {bound:.1} items/s that {} ms steps allow",
+                    s.measurement.items_per_s / bound,
+                    args.step_ms
                 );
             }
         }
@@ -437,6 +461,21 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Parses `--stall-seconds`: finite, 0 to an hour.
+/// Items a second a trainer that takes `step_ms` per batch of `batch_size` rows reads at most.
+fn step_bound(batch_size: usize, step_ms: f64) -> f64 {
+    batch_size as f64 * 1e3 / step_ms.max(1e-9)
+}
+
+/// Parses `--step-ms`: milliseconds, 0 (no step) to an hour.
+fn step_ms(text: &str) -> Result<f64, String> {
+    let ms: f64 = text.parse().map_err(|e| format!("{e}: give milliseconds, e.g. 40 or 12.5"))?;
+    if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err("give between 0 and 3600000 milliseconds".to_string())
+    }
+}
+
 fn stall_seconds(text: &str) -> Result<f64, String> {
     let seconds: f64 = text.parse().map_err(|e| format!("{e}: give seconds, e.g. 5 or 0.5"))?;
     if seconds.is_finite() && (0.0..=3600.0).contains(&seconds) {

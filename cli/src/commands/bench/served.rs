@@ -289,6 +289,7 @@ async fn round(
             warmup: args.warmup,
             timed: batches,
             stall: std::time::Duration::from_secs_f64(args.stall_seconds),
+            step: std::time::Duration::from_secs_f64(args.step_ms / 1e3),
         };
         let window = trainers::read(client, reading, padding).await?;
         let totals = Totals::of(window, proc_tree::children_peak_rss_bytes(), options.worker_threads());

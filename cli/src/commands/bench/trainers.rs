@@ -25,6 +25,9 @@ pub struct Reading {
     /// How long every trainer then stops reading, its client open and heartbeating, as a
     /// trainer in a long checkpoint does: the workers' peak memory covers it.
     pub stall: Duration,
+    /// How long each trainer "trains" on every batch before it asks for the next (zero: not
+    /// at all), as a trainer's thread waits on its accelerator.
+    pub step: Duration,
 }
 
 /// What the trainers of one round saw in the timed window, together.
@@ -54,6 +57,7 @@ struct Shared {
     warmup: u64,
     timed: u64,
     stall: Duration,
+    step: Duration,
     /// Trainers past their warm-up.
     warmed: AtomicU32,
     /// When the window opened, and the CPU reading then.
@@ -93,6 +97,7 @@ pub async fn read(
         warmup: reading.warmup,
         timed: reading.timed.max(1),
         stall: reading.stall,
+        step: reading.step,
         warmed: AtomicU32::new(0),
         opened: OnceLock::new(),
         pulled: AtomicU64::new(0),
@@ -154,6 +159,13 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
         arrive(shared);
     }
     while !*stopped.borrow() {
+        if pulled > 0 && !shared.step.is_zero() {
+            // The step on the previous batch; the client may work ahead meanwhile.
+            tokio::select! {
+                () = tokio::time::sleep(shared.step) => {}
+                _ = stopped.wait_for(|stop| *stop) => break,
+            }
+        }
         let asked = Instant::now();
         let next = tokio::select! {
             next = client.next() => next,
