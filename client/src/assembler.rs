@@ -2,11 +2,14 @@
 //! once, into the complete batches of the current epoch, each exactly once.
 //!
 //! It is pure: no I/O, no clock. The client feeds it parts and split ends, asks it which splits
-//! to replay, and takes ready batches from it.
+//! to replay, and takes complete slots from it (their parts, which the client's finisher joins
+//! into batches off the trainer's thread), telling it when each was delivered.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use crate::batch::{Arrived, Batch, check_part};
+#[cfg(test)]
+use crate::batch::Batch;
+use crate::batch::{Arrived, check_part};
 use crate::error::ClientError;
 use crate::plan::Plan;
 use crate::ranges::SlotRanges;
@@ -45,6 +48,14 @@ pub(crate) struct EpochStart {
     pub(crate) errors: Vec<ClientError>,
 }
 
+/// A complete slot of the current epoch: every part of it, in plan order.
+#[derive(Debug)]
+pub(crate) struct Complete {
+    pub(crate) epoch: u32,
+    pub(crate) slot: u64,
+    pub(crate) parts: Vec<Arrived>,
+}
+
 /// Assembles batches of the current epoch; holds parts of later epochs until they are current.
 #[derive(Debug)]
 pub(crate) struct Assembler {
@@ -60,8 +71,9 @@ struct Current {
     plan: Plan,
     /// Parts received for incomplete slots, in plan order. Slots without an entry have none.
     pending: HashMap<u64, Vec<Option<Arrived>>>,
-    /// Complete batches in completion order, not yet delivered.
-    ready: VecDeque<Batch>,
+    /// Complete slots in completion order, not yet taken.
+    ready: VecDeque<Complete>,
+    /// Complete slots not yet delivered: those in `ready` and those taken, until settled.
     ready_slots: HashSet<u64>,
     delivered: SlotRanges,
     /// Slots delivered before a resume, for slots a partial plan adds later.
@@ -215,13 +227,30 @@ impl Assembler {
         splits.into_iter().collect()
     }
 
-    /// The next ready batch of the current epoch, in completion order; it counts as delivered.
+    /// The next complete slot of the current epoch, in completion order. It is neither open nor
+    /// delivered until [`Assembler::settle`] says what became of it.
+    pub(crate) fn take_complete(&mut self) -> Option<Complete> {
+        self.current.as_mut()?.ready.pop_front()
+    }
+
+    /// A slot taken with [`Assembler::take_complete`] was delivered (`delivered`), or its
+    /// parts could not be joined: then it is open again, and its splits are replayed.
+    pub(crate) fn settle(&mut self, epoch: u32, slot: u64, delivered: bool) {
+        let Some(current) = self.current.as_mut().filter(|current| current.plan.epoch == epoch) else {
+            return;
+        };
+        if current.ready_slots.remove(&slot) && delivered {
+            current.delivered.insert(slot);
+        }
+    }
+
+    /// The next complete slot joined into its batch and delivered at once.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Option<Batch> {
-        let current = self.current.as_mut()?;
-        let batch = current.ready.pop_front()?;
-        current.ready_slots.remove(&batch.slot);
-        current.delivered.insert(batch.slot);
-        Some(batch)
+        let Complete { epoch, slot, parts } = self.take_complete()?;
+        let batch = Batch::from_arrived(epoch, slot, parts);
+        self.settle(epoch, slot, batch.is_ok());
+        batch.ok()
     }
 
     /// Whether every slot of the current epoch was delivered (and the plan lists them all).
@@ -242,7 +271,7 @@ impl Assembler {
         self.current.as_ref().map(|current| current.delivered.clone()).unwrap_or_default()
     }
 
-    /// Complete batches waiting to be delivered.
+    /// Complete slots not yet taken.
     pub(crate) fn ready(&self) -> usize {
         self.current.as_ref().map_or(0, |current| current.ready.len())
     }
@@ -265,13 +294,7 @@ impl Current {
         }
         for (&slot, parts) in self.plan.slots.range(first..) {
             if parts.is_empty() && !self.delivered.contains(slot) {
-                self.ready.push_back(Batch {
-                    epoch,
-                    slot,
-                    keys: Vec::new(),
-                    tensors: Vec::new(),
-                    wire_bytes: 0,
-                });
+                self.ready.push_back(Complete { epoch, slot, parts: Vec::new() });
                 self.ready_slots.insert(slot);
             }
         }
@@ -312,12 +335,7 @@ impl Current {
             return Ok(Accepted::Kept);
         }
         let parts = self.pending.remove(&slot).unwrap_or_default().into_iter().flatten().collect();
-        let batch = Batch::from_arrived(epoch, slot, parts).map_err(|reason| ClientError::Assembly {
-            epoch,
-            slot,
-            reason,
-        })?;
-        self.ready.push_back(batch);
+        self.ready.push_back(Complete { epoch, slot, parts });
         self.ready_slots.insert(slot);
         Ok(Accepted::Completed)
     }

@@ -13,6 +13,7 @@ use crate::batch::Batch;
 use crate::dispatcher::{self, Dispatcher, PlanFetch};
 use crate::endpoint::CALL_TIMEOUT;
 use crate::error::ClientError;
+use crate::finisher::Finisher;
 use crate::heartbeat;
 use crate::mode::Mode;
 use crate::options::ClientOptions;
@@ -50,6 +51,8 @@ pub struct Client {
     epochs: u32,
     batch_size: u32,
     assembler: Assembler,
+    /// Complete slots taken from the assembler, joined into batches off the trainer's thread.
+    finisher: Finisher,
     events: mpsc::Receiver<StreamEvent>,
     /// Keeps `events` open while no worker stream runs.
     _events_sender: mpsc::Sender<StreamEvent>,
@@ -168,6 +171,7 @@ impl Client {
             epochs: response.epochs,
             batch_size: response.batch_size,
             assembler,
+            finisher: Finisher::new(),
             events,
             _events_sender: events_sender,
             replays,
@@ -182,6 +186,7 @@ impl Client {
             finished: false,
             tasks: Some(tasks),
         };
+        client.finish_complete();
         client.prefetch_plan();
         Ok(client)
     }
@@ -205,11 +210,24 @@ impl Client {
             if !self.errors.is_empty() {
                 continue;
             }
-            if let Some(batch) = self.assembler.pop() {
-                let now = Instant::now();
-                self.delivered(&batch, step, now.saturating_duration_since(entered));
-                self.clock.last_return = Some(now);
-                return Some(Ok(batch));
+            if let Some(finished) = self.finisher.next().await {
+                let (epoch, slot) = (finished.epoch, finished.slot);
+                self.assembler.settle(epoch, slot, finished.batch.is_ok());
+                match finished.batch {
+                    Ok(batch) => {
+                        let now = Instant::now();
+                        self.delivered(&batch, step, now.saturating_duration_since(entered));
+                        self.clock.last_return = Some(now);
+                        return Some(Ok(batch));
+                    }
+                    Err(reason) => {
+                        // The slot is open again: its splits are replayed like a lost part's.
+                        let error = ClientError::Assembly { epoch, slot, reason };
+                        tracing::warn!(%error, "dropped a batch");
+                        self.errors.push_back(error);
+                        continue;
+                    }
+                }
             }
             if self.assembler.epoch().is_none() || self.assembler.epoch_finished() {
                 match self.advance().await {
@@ -242,10 +260,13 @@ impl Client {
         let from = self.assembler.planned_slots();
         let fetch = dispatcher::fetch_plan_from(&mut self.dispatcher, &self.session, epoch, from);
         match tokio::time::timeout(CALL_TIMEOUT, fetch).await {
-            Ok(Ok(more)) => match self.assembler.extend_plan(more) {
-                Ok(errors) => self.errors.extend(errors),
-                Err(error) => self.errors.push_back(error),
-            },
+            Ok(Ok(more)) => {
+                match self.assembler.extend_plan(more) {
+                    Ok(errors) => self.errors.extend(errors),
+                    Err(error) => self.errors.push_back(error),
+                }
+                self.finish_complete();
+            }
             Ok(Err(error)) => tracing::debug!(epoch, %error, "extending the plan failed, retrying"),
             Err(_) => tracing::debug!(epoch, "extending the plan timed out, retrying"),
         }
@@ -325,13 +346,26 @@ impl Client {
     /// Handles queued stream messages while few batches are ready.
     fn drain(&mut self) {
         for _ in 0..DRAIN_LIMIT {
-            if self.assembler.ready() >= READY_LIMIT as usize {
+            if self.ready() >= READY_LIMIT as usize {
                 return;
             }
             match self.events.try_recv() {
                 Ok(event) => self.handle(event),
                 Err(_) => return,
             }
+        }
+    }
+
+    /// Complete batches ahead of the trainer: joined, being joined, or waiting to be.
+    fn ready(&self) -> usize {
+        self.assembler.ready() + self.finisher.len()
+    }
+
+    /// Hands the slots the assembler completed to the finisher, which joins them into batches
+    /// in the background. Called after everything that can complete a slot.
+    fn finish_complete(&mut self) {
+        while let Some(complete) = self.assembler.take_complete() {
+            self.finisher.push(complete);
         }
     }
 
@@ -368,6 +402,7 @@ impl Client {
                         self.errors.push_back(error);
                     }
                 }
+                self.finish_complete();
             }
             StreamEvent::SplitEnd { epoch, split } => {
                 if self.assembler.split_end(epoch, split) {
@@ -407,7 +442,7 @@ impl Client {
         let mut progress = self.session.progress();
         progress.delivered.insert(batch.slot);
         progress.metrics.record(step, wait);
-        progress.buffered = u32::try_from(self.assembler.ready()).unwrap_or(u32::MAX);
+        progress.buffered = u32::try_from(self.ready()).unwrap_or(u32::MAX);
     }
 
     /// Starts the next epoch; false after the last one.
@@ -419,6 +454,7 @@ impl Client {
         }
         let plan = self.plan(epoch).await?;
         let start = self.assembler.start_epoch(plan, &SlotRanges::default());
+        self.finish_complete();
         {
             let mut progress = self.session.progress();
             progress.epoch = epoch;

@@ -25,6 +25,7 @@ mod dispatcher;
 mod endpoint;
 mod error;
 mod expand;
+mod finisher;
 mod heartbeat;
 mod host;
 mod images;

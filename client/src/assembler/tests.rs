@@ -192,8 +192,16 @@ fn bad_parts_are_errors_and_leave_the_slot_open() {
     other.tensors[0].dtype = "int32".into();
     other.tensors[0].data = Bytes::from(vec![0u8; 8]);
     assembler.accept(part(0, 1, 1, 4, 6)).unwrap();
-    assert!(matches!(assembler.accept(other), Err(ClientError::Assembly { slot: 1, .. })));
+    // Parts that pass alone but do not join: the slot completes, and its join fails.
+    assert_eq!(assembler.accept(other).unwrap(), Accepted::Completed);
+    assert_eq!(assembler.pop().map(|batch| batch.slot), Some(0));
+    let complete = assembler.take_complete().unwrap();
+    assert_eq!(complete.slot, 1);
+    assert!(Batch::from_arrived(0, 1, complete.parts).is_err());
+    assert_eq!(assembler.missing_splits(), vec![2], "a slot being joined is not missing");
+    assembler.settle(0, 1, false);
     assert_eq!(assembler.missing_splits(), vec![1, 2], "the failed slot is open again");
+    assert_eq!(assembler.accept(part(0, 1, 1, 4, 6)).unwrap(), Accepted::Kept, "and takes parts again");
 }
 
 /// `plan`, marked partial: more slots follow.
