@@ -460,7 +460,6 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Parses `--stall-seconds`: finite, 0 to an hour.
 /// Items a second a trainer that takes `step_ms` per batch of `batch_size` rows reads at most.
 fn step_bound(batch_size: usize, step_ms: f64) -> f64 {
     batch_size as f64 * 1e3 / step_ms.max(1e-9)
@@ -468,20 +467,21 @@ fn step_bound(batch_size: usize, step_ms: f64) -> f64 {
 
 /// Parses `--step-ms`: milliseconds, 0 (no step) to an hour.
 fn step_ms(text: &str) -> Result<f64, String> {
-    let ms: f64 = text.parse().map_err(|e| format!("{e}: give milliseconds, e.g. 40 or 12.5"))?;
-    if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) {
-        Ok(ms)
-    } else {
-        Err("give between 0 and 3600000 milliseconds".to_string())
-    }
+    up_to(text, 3_600_000.0, "milliseconds", "40 or 12.5")
 }
 
+/// Parses `--stall-seconds`: seconds, 0 to an hour.
 fn stall_seconds(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text.parse().map_err(|e| format!("{e}: give seconds, e.g. 5 or 0.5"))?;
-    if seconds.is_finite() && (0.0..=3600.0).contains(&seconds) {
-        Ok(seconds)
+    up_to(text, 3600.0, "seconds", "5 or 0.5")
+}
+
+/// A finite number from 0 to `most` `unit`; the error names the unit and shows `example`.
+fn up_to(text: &str, most: f64, unit: &str, example: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|e| format!("{e}: give {unit}, e.g. {example}"))?;
+    if value.is_finite() && (0.0..=most).contains(&value) {
+        Ok(value)
     } else {
-        Err("give between 0 and 3600 seconds".to_string())
+        Err(format!("give between 0 and {most} {unit}"))
     }
 }
 
