@@ -2,10 +2,10 @@
 //!
 //! Joining a slot is where the client spends its time per batch: the parts' rows are copied
 //! into one buffer, a final `image.normalize` the worker left to the client writes the batch's
-//! `float32` values (128 ImageNet images: about 6 MB in, 77 MB out), and padded fields are
-//! padded. Done inside `next()`, that time was the trainer's: a trainer whose accelerator step
-//! took longer than the pipeline needed still waited for it at every batch, and at an epoch's
-//! start, where every slot held for the epoch completed at once, for all of them in a row.
+//! `float32` values (128 ImageNet images at 224×224: 19 MB in, 77 MB out), and padded fields are
+//! padded. Done inside `next()`, that time was the trainer's, whenever a call completed a slot;
+//! and at an epoch's start, where every slot held for the epoch completed at once, it waited
+//! for all of them in a row (0.5–1 s with 200 ms steps on the float32 training recipe).
 //!
 //! Here a slot is joined as soon as it completes, on the runtime's blocking threads, at most
 //! [`FINISHING_AT_ONCE`] at a time and in completion order (the semaphore is fair), so the
