@@ -6,9 +6,12 @@
 //!   in HWC or CHW layout, optionally mirrored.
 //! - `mirror`: `uint8` RGB rows mirrored left to right, copied or in place (sixteen pixels at a
 //!   time where the CPU has SSSE3).
+//! - `planes`: `uint8` RGB rows split into three planes (the CHW layout), optionally mirrored
+//!   (sixteen pixels at a time where the CPU has SSSE3).
 
 pub mod mirror;
 pub mod normalize;
+pub mod planes;
 
 #[cfg(test)]
 mod benchmark;

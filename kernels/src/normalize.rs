@@ -176,8 +176,8 @@ pub fn interleaved<T: Copy>(
 /// Appends the interleaved pixels of `src` to `out` as three planes (`[h, w, 3]` → `[3, h, w]`),
 /// mapping each channel's values through `fr`, `fg` and `fb` (generic, so that they inline) and
 /// reversing each row when `flip` is set. One plane at a time, each output value written once.
-#[allow(clippy::too_many_arguments)]
-pub fn planar<T: Copy>(
+/// (`uint8` planes without tables: [`crate::planes::planes_into`].)
+pub(crate) fn planar<T: Copy>(
     src: &[u8],
     w: usize,
     flip: bool,

@@ -11,8 +11,9 @@ use granary_crds::ops::image::{ImageDType, Layout, Normalize};
 const OP: &str = "image.normalize";
 
 use granary_kernels::mirror;
-use granary_kernels::normalize::{self as kernel, planar};
+use granary_kernels::normalize as kernel;
 pub use granary_kernels::normalize::{Lut, lut};
+use granary_kernels::planes::planes_into;
 
 /// The final form of an image tensor: element type (with its tables for `float32`) and layout.
 #[derive(Clone, Debug)]
@@ -66,7 +67,7 @@ impl Form {
             }
             (None, Layout::CHW) => {
                 let mut out = Vec::new();
-                planar(src, w, flip, |x| x, |x| x, |x| x, &mut out);
+                planes_into(src, w, flip, &mut out);
                 TensorData::U8(out)
             }
             (Some(lut), layout) => {
