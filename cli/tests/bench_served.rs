@@ -151,17 +151,22 @@ fn bench_steps_report_the_rate_against_the_steps_bound() {
     let r: Value =
         serde_json::from_str(bench(&flags, &set).lines().last().expect("a JSON line")).expect("JSON");
     assert_eq!(r["step_ms"].as_f64(), Some(20.0), "{r}");
-    // Batches of 4 every 20 ms at most: 200 items/s. A trainer can read no faster than its steps.
+    // A batch every 20 ms at most: 50 batches/s. A trainer can read no faster than its steps.
     let bound = r["vs_step_bound"].as_f64().expect("vs_step_bound");
     assert!(bound > 0.0 && bound <= 1.05, "{r}");
-    let rate = r["items_per_s"].as_f64().expect("items_per_s");
-    assert!((rate / 200.0 - bound).abs() < 0.01, "the ratio is the rate over 200 items/s: {r}");
+    let batches = r["batches"].as_f64().expect("batches") / r["seconds"].as_f64().expect("seconds");
+    assert!((batches / 50.0 - bound).abs() < 0.01, "the ratio is the batches a second over 50: {r}");
+    // The gap's parts: how late the steps ended, and the wait in next().
+    for key in ["step_overrun_ms", "next_wait_mean_ms"] {
+        assert!(r[key].as_f64().is_some_and(|ms| ms >= 0.0), "{key}: {r}");
+    }
 
     let text = bench(
         &["--workers", "1", "--warmup", "0", "--batches", "2", "--threads", "1", "--step-ms", "5"],
         &set,
     );
-    assert!(text.contains("items/s that 5 ms steps allow"), "{text}");
+    assert!(text.contains("batches/s that 5 ms steps allow"), "{text}");
+    assert!(text.contains("a step ran late on average"), "{text}");
     for bad in ["-1", "nan", "3600001"] {
         let flag = format!("--step-ms={bad}");
         let out = support::granary("bench", &[MANIFEST, "--workers", "1", &flag]);

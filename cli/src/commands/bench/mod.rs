@@ -90,7 +90,8 @@ pub struct BenchArgs {
     /// With `--workers`: each trainer spends this many milliseconds on a step after every batch
     /// (a sleep, as a trainer's thread waits on its accelerator), so that a pipeline that keeps
     /// up shows what the client costs the trainer: the report gives the rate against the
-    /// steps' own bound (`vs_step_bound`) and the wait in `next()`.
+    /// steps' own bound (`vs_step_bound`), the wait in `next()`, and how late the steps
+    /// themselves ended (a trainer woken late by busy cores is not waiting on the client).
     #[arg(long, requires = "workers", default_value_t = 0.0, value_parser = step_ms)]
     pub step_ms: f64,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
@@ -170,12 +171,20 @@ struct Report {
     /// `--stall-seconds`, when the trainers stalled after each round.
     #[serde(skip_serializing_if = "Option::is_none")]
     stall_seconds: Option<f64>,
-    /// `--step-ms`, when the trainers took a step after each batch, and the served rate over
-    /// the steps' own bound (`batch_size` rows every `step_ms`).
+    /// `--step-ms`, when the trainers took a step after each batch, and the trainer's batches
+    /// a second over the steps' own bound (one batch every `step_ms`; counted in batches, not
+    /// rows, because a step takes one batch however short: an epoch's last one).
     #[serde(skip_serializing_if = "Option::is_none")]
     step_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_step_bound: Option<f64>,
+    /// With `step_ms`: the mean milliseconds each step ran past `step_ms` (the trainer was woken
+    /// late, not the client's doing) and the mean wait in `next()`, which together make the gap
+    /// to the bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_overrun_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_wait_mean_ms: Option<f64>,
     #[serde(flatten)]
     tls: Option<TlsReport>,
     #[serde(flatten)]
@@ -377,7 +386,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         step_ms: served.and(Some(args.step_ms)).filter(|s| *s > 0.0),
         vs_step_bound: served
             .filter(|_| args.step_ms > 0.0)
-            .map(|s| round3(s.measurement.items_per_s / step_bound(batch_size, args.step_ms))),
+            .map(|s| round3(s.batches_per_s / step_bound(args.step_ms))),
+        step_overrun_ms: served.filter(|_| args.step_ms > 0.0).and_then(|s| s.step_overrun_ms).map(round3),
+        next_wait_mean_ms: served
+            .filter(|_| args.step_ms > 0.0)
+            .and_then(|s| s.next_wait_mean_ms)
+            .map(round3),
         tls: comparison.as_ref().map(TlsReport::of),
         trainers: many.as_ref().map(TrainersReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
@@ -414,12 +428,18 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             if args.step_ms > 0.0 {
-                let bound = step_bound(batch_size, args.step_ms);
+                let bound = step_bound(args.step_ms);
                 println!(
-                    "              {:>9.3} of the {bound:.1} items/s that {} ms steps allow",
-                    s.measurement.items_per_s / bound,
+                    "              {:>9.3} of the {bound:.2} batches/s that {} ms steps allow",
+                    s.batches_per_s / bound,
                     args.step_ms
                 );
+                if let (Some(late), Some(wait)) = (s.step_overrun_ms, s.next_wait_mean_ms) {
+                    println!(
+                        "              {late:>9.2} ms a step ran late on average (the trainer woken late), \
+                         {wait:.2} ms a next() waited"
+                    );
+                }
             }
         }
         if let Some(c) = &comparison {
@@ -460,9 +480,9 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Items a second a trainer that takes `step_ms` per batch of `batch_size` rows reads at most.
-fn step_bound(batch_size: usize, step_ms: f64) -> f64 {
-    batch_size as f64 * 1e3 / step_ms.max(1e-9)
+/// Batches a second a trainer that takes `step_ms` per batch reads at most.
+fn step_bound(step_ms: f64) -> f64 {
+    1e3 / step_ms.max(1e-9)
 }
 
 /// Parses `--step-ms`: milliseconds, 0 (no step) to an hour.

@@ -20,6 +20,8 @@ pub const TLS_ROUNDS: u64 = 2;
 pub struct Served {
     /// Items and time of the timed batches.
     pub measurement: Measurement,
+    /// Batches per second delivered to the trainers while timed, all of them together.
+    pub batches_per_s: f64,
     /// Tensor megabytes (10^6) per second delivered to the trainer while timed.
     pub mb_per_s: f64,
     /// Megabytes per second that crossed the wire while timed (less than `mb_per_s` when the
@@ -34,6 +36,10 @@ pub struct Served {
     pub next_wait_p50_ms: Option<f64>,
     /// 99th percentile of the same.
     pub next_wait_p99_ms: Option<f64>,
+    /// Mean of the same: with a step, what `next()` added to each step on average.
+    pub next_wait_mean_ms: Option<f64>,
+    /// With a step: mean milliseconds a trainer's step ran past its length while timed.
+    pub step_overrun_ms: Option<f64>,
     /// The largest peak resident set of a worker process, in bytes, read at the end of each
     /// round; `None` without `/proc`.
     pub worker_peak_rss_bytes: Option<u64>,
@@ -61,6 +67,7 @@ pub struct TlsComparison {
 #[derive(Debug, Clone, Default)]
 struct Totals {
     items: u64,
+    batches: u64,
     seconds: f64,
     bytes: u64,
     wire: u64,
@@ -68,6 +75,7 @@ struct Totals {
     /// A round had no CPU reading: the total is unknown.
     cpu_unknown: bool,
     waits_ms: Vec<f64>,
+    overruns_ms: Vec<f64>,
     peak_rss: Option<u64>,
     worker_threads: usize,
     first_batch_seconds: Option<f64>,
@@ -77,6 +85,7 @@ struct Totals {
 impl Totals {
     fn add(&mut self, round: Totals) {
         self.items += round.items;
+        self.batches += round.batches;
         self.seconds += round.seconds;
         self.bytes += round.bytes;
         self.wire += round.wire;
@@ -84,6 +93,7 @@ impl Totals {
         self.cpu.children += round.cpu.children;
         self.cpu_unknown |= round.cpu_unknown;
         self.waits_ms.extend(round.waits_ms);
+        self.overruns_ms.extend(round.overruns_ms);
         self.peak_rss = self.peak_rss.max(round.peak_rss);
         self.worker_threads = self.worker_threads.max(round.worker_threads);
         self.first_batch_seconds = self.first_batch_seconds.or(round.first_batch_seconds);
@@ -94,12 +104,14 @@ impl Totals {
     fn of(window: trainers::Window, peak_rss: Option<u64>, worker_threads: usize) -> Totals {
         Totals {
             items: window.items,
+            batches: window.batches,
             seconds: window.seconds,
             bytes: window.bytes,
             wire: window.wire,
             cpu: window.cpu.unwrap_or_default(),
             cpu_unknown: window.cpu.is_none(),
             waits_ms: window.waits_ms,
+            overruns_ms: window.overruns_ms,
             peak_rss,
             worker_threads,
             first_batch_seconds: window.first_batch_seconds,
@@ -119,16 +131,24 @@ impl Totals {
                 first_batch_seconds: self.first_batch_seconds.unwrap_or(seconds),
                 padding_fraction: self.padding_fraction,
             },
+            batches_per_s: self.batches as f64 / seconds,
             mb_per_s: self.bytes as f64 / seconds / 1e6,
             wire_mb_per_s: self.wire as f64 / seconds / 1e6,
             cpu_s_per_gb: per_gb(self.cpu.total()),
             worker_cpu_s_per_gb: per_gb(self.cpu.children),
             next_wait_p50_ms: trainers::quantile(&self.waits_ms, 0.5),
             next_wait_p99_ms: trainers::quantile(&self.waits_ms, 0.99),
+            next_wait_mean_ms: mean(&self.waits_ms),
+            step_overrun_ms: mean(&self.overruns_ms),
             worker_peak_rss_bytes: self.peak_rss,
             worker_threads: self.worker_threads,
         }
     }
+}
+
+/// The mean of `values`; `None` when empty.
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
 /// Starts the local service with `workers` worker processes and times `args.batches` batches

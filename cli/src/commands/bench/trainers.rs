@@ -35,6 +35,9 @@ pub struct Reading {
 pub struct Window {
     /// Elements received.
     pub items: u64,
+    /// Batches received (an epoch's last may be short: a step takes one batch, whatever its
+    /// rows).
+    pub batches: u64,
     /// Seconds the window lasted.
     pub seconds: f64,
     /// Tensor bytes delivered to the trainers.
@@ -45,6 +48,9 @@ pub struct Window {
     pub cpu: Option<CpuSeconds>,
     /// Milliseconds each `next()` in the window waited, every trainer's.
     pub waits_ms: Vec<f64>,
+    /// With a step: milliseconds each step before a batch of the window ran past its length
+    /// (the trainer's task was woken late: the host's cores were busy, or the timer's tick).
+    pub overruns_ms: Vec<f64>,
     /// Seconds from the start of the round to the first batch any trainer received.
     pub first_batch_seconds: Option<f64>,
     /// With `spec.batch.pad`: pad cells over all cells of the padded fields.
@@ -78,9 +84,11 @@ struct Shared {
 #[derive(Default)]
 struct Own {
     items: u64,
+    batches: u64,
     bytes: u64,
     wire: u64,
     waits_ms: Vec<f64>,
+    overruns_ms: Vec<f64>,
 }
 
 /// Runs `reading.trainers` clients of `options`' job at once (consumer `i` of them); each
@@ -126,9 +134,11 @@ pub async fn read(
         match task.await {
             Ok(Ok(own)) => {
                 window.items += own.items;
+                window.batches += own.batches;
                 window.bytes += own.bytes;
                 window.wire += own.wire;
                 window.waits_ms.extend(own.waits_ms);
+                window.overruns_ms.extend(own.overruns_ms);
             }
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(e) => failure = failure.or(Some(anyhow::anyhow!("a trainer task failed: {e}"))),
@@ -155,16 +165,19 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
     let mut stopped = shared.stop.subscribe();
     let mut own = Own::default();
     let mut pulled = 0u64;
+    let mut overrun = None;
     if shared.warmup == 0 {
         arrive(shared);
     }
     while !*stopped.borrow() {
         if pulled > 0 && !shared.step.is_zero() {
             // The step on the previous batch; the client may work ahead meanwhile.
+            let stepped = Instant::now();
             tokio::select! {
                 () = tokio::time::sleep(shared.step) => {}
                 _ = stopped.wait_for(|stop| *stop) => break,
             }
+            overrun = Some(stepped.elapsed().saturating_sub(shared.step));
         }
         let asked = Instant::now();
         let next = tokio::select! {
@@ -192,9 +205,11 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
             continue;
         }
         own.items += batch.len() as u64;
+        own.batches += 1;
         own.bytes += batch.tensors.iter().map(|t| t.data.len() as u64).sum::<u64>();
         own.wire += batch.wire_bytes;
         own.waits_ms.push(returned.saturating_duration_since(asked).as_secs_f64() * 1e3);
+        own.overruns_ms.extend(overrun.map(|late| late.as_secs_f64() * 1e3));
         if let Ok(mut padding) = shared.padding.lock()
             && let Some(p) = padding.as_mut()
         {
