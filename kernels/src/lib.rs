@@ -13,5 +13,12 @@ pub mod mirror;
 pub mod normalize;
 pub mod planes;
 
+/// Whether this CPU shuffles bytes within a vector (SSSE3's `pshufb`), which the mirror and the
+/// planes use to move sixteen pixels at a time.
+#[cfg(target_arch = "x86_64")]
+fn byte_shuffles() -> bool {
+    std::arch::is_x86_feature_detected!("ssse3")
+}
+
 #[cfg(test)]
 mod benchmark;

@@ -32,18 +32,6 @@ const SHUFFLES: [[[u8; 16]; 3]; 3] = {
     masks
 };
 
-/// Whether the block shuffles run here.
-fn shuffles() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("ssse3")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Mirrors each row of `data` (rows of `width` RGB pixels) left to right in place; bytes past
 /// the last whole row are left as they are.
 pub fn mirror_in_place(data: &mut [u8], width: usize) {
@@ -52,7 +40,7 @@ pub fn mirror_in_place(data: &mut [u8], width: usize) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if shuffles() {
+    if crate::byte_shuffles() {
         // SAFETY: the CPU has SSSE3 (checked just now).
         return unsafe { simd::in_place(data, width) };
     }

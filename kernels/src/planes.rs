@@ -43,18 +43,6 @@ const SHUFFLES: [[[[u8; 16]; 3]; 3]; 2] = {
     masks
 };
 
-/// Whether the block shuffles run here.
-fn shuffles() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("ssse3")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Appends the whole rows of `src` (rows of `width` RGB pixels) to `out` as three planes, red,
 /// green and blue, each row mirrored when `flip` is set; bytes past the last whole row are left
 /// out. Writes each output byte once (no zero-fill first).
@@ -68,7 +56,7 @@ pub fn planes_into(src: &[u8], width: usize, flip: bool, out: &mut Vec<u8>) {
     let start = out.len();
     let spare = &mut out.spare_capacity_mut()[..src.len()];
     #[cfg(target_arch = "x86_64")]
-    if shuffles() {
+    if crate::byte_shuffles() {
         // SAFETY: the CPU has SSSE3 (checked just now).
         unsafe { simd::planes(src, width, flip, spare) };
         // SAFETY: `planes` wrote every one of the `src.len()` bytes after `start`, within the
