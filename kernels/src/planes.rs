@@ -113,7 +113,10 @@ mod simd {
             for x in (0..whole).step_by(PIXELS) {
                 // The block's first source pixel: from the row's other end when mirrored.
                 let s = if flip { width - PIXELS - x } else { x };
-                let Some(block) = row[3 * s..].first_chunk::<BLOCK>() else { break };
+                // Slices of the block's exact length (in bounds: s + 16 <= width), so that the
+                // vectors below stay inside them; an index out of bounds would panic, never
+                // leave bytes unwritten.
+                let block = &row[3 * s..3 * s + BLOCK];
                 // SAFETY: each load reads 16 bytes within the 48 of `block`.
                 let v: [__m128i; 3] =
                     std::array::from_fn(|i| unsafe { _mm_loadu_si128(block.as_ptr().add(16 * i).cast()) });
@@ -122,7 +125,7 @@ mod simd {
                         _mm_or_si128(_mm_shuffle_epi8(v[0], mask[0]), _mm_shuffle_epi8(v[1], mask[1])),
                         _mm_shuffle_epi8(v[2], mask[2]),
                     );
-                    let Some(dst) = plane[x..].first_chunk_mut::<PIXELS>() else { break };
+                    let dst = &mut plane[x..x + PIXELS];
                     // SAFETY: the store writes the 16 bytes of `dst`; unaligned stores are
                     // allowed, and `MaybeUninit<u8>` has the layout of `u8`.
                     unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), bytes) };
