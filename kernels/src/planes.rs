@@ -54,34 +54,40 @@ pub fn planes_into(src: &[u8], width: usize, flip: bool, out: &mut Vec<u8>) {
     let src = &src[..src.len() / row * row];
     out.reserve(src.len());
     let start = out.len();
-    let spare = &mut out.spare_capacity_mut()[..src.len()];
     #[cfg(target_arch = "x86_64")]
-    if crate::byte_shuffles() {
-        // SAFETY: the CPU has SSSE3 (checked just now).
-        unsafe { simd::planes(src, width, flip, spare) };
-        // SAFETY: `planes` wrote every one of the `src.len()` bytes after `start`, within the
-        // capacity reserved above.
-        unsafe { out.set_len(start + src.len()) };
-        return;
-    }
-    planes_any(src, width, flip, spare);
-    // SAFETY: as above, for `planes_any`.
+    let blocks = crate::byte_shuffles();
+    #[cfg(not(target_arch = "x86_64"))]
+    let blocks = false;
+    split(src, width, flip, blocks, &mut out.spare_capacity_mut()[..src.len()]);
+    // SAFETY: `split` wrote every one of the `src.len()` bytes after `start`, within the
+    // capacity reserved above.
     unsafe { out.set_len(start + src.len()) };
 }
 
-/// [`planes_into`] pixel by pixel, into `out` (exactly `src.len()` bytes; `src` is whole rows).
-fn planes_any(src: &[u8], width: usize, flip: bool, out: &mut [MaybeUninit<u8>]) {
+/// [`planes_into`] into `out` (exactly `src.len()` bytes; `src` is whole rows of `width > 0`
+/// pixels): sixteen pixels at a time with `blocks` (which only a CPU with SSSE3 may ask for),
+/// the rest of each row pixel by pixel.
+fn split(src: &[u8], width: usize, flip: bool, blocks: bool, out: &mut [MaybeUninit<u8>]) {
     let n = src.len() / 3;
     let (red, rest) = out.split_at_mut(n);
     let (green, blue) = rest.split_at_mut(n);
     let rows = src.chunks_exact(width * 3).zip(red.chunks_exact_mut(width));
     for ((row, r), (g, b)) in rows.zip(green.chunks_exact_mut(width).zip(blue.chunks_exact_mut(width))) {
+        let mut planes = [r, g, b];
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if blocks {
+            // SAFETY: the caller asks for blocks only where the CPU has SSSE3.
+            done = unsafe { simd::blocks(row, width, flip, &mut planes) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = blocks;
         let (pixels, _) = row.as_chunks::<3>();
-        for x in 0..width {
+        for x in done..width {
             let p = pixels[if flip { width - 1 - x } else { x }];
-            r[x].write(p[0]);
-            g[x].write(p[1]);
-            b[x].write(p[2]);
+            for (plane, value) in planes.iter_mut().zip(p) {
+                plane[x].write(value);
+            }
         }
     }
 }
@@ -92,53 +98,45 @@ mod simd {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128};
     use std::mem::MaybeUninit;
 
-    /// [`super::planes_into`] with the block shuffles, into `out` (exactly `src.len()` bytes;
-    /// `src` is whole rows of `width` pixels, `width > 0`).
+    /// Writes the whole blocks of sixteen pixels of `row` (`width` pixels) to the start of its
+    /// three plane rows, mirrored when `flip` is set; returns the pixels written, the rest of
+    /// the row being the caller's.
     #[target_feature(enable = "ssse3")]
-    pub(super) fn planes(src: &[u8], width: usize, flip: bool, out: &mut [MaybeUninit<u8>]) {
-        let n = src.len() / 3;
-        let (red, rest) = out.split_at_mut(n);
-        let (green, blue) = rest.split_at_mut(n);
-        // SAFETY (every load below): 16-byte arrays read as vectors; unaligned loads are allowed.
-        let masks: [[[__m128i; 3]; 3]; 2] = std::array::from_fn(|m| {
-            std::array::from_fn(|c| {
-                std::array::from_fn(|r| unsafe { _mm_loadu_si128(SHUFFLES[m][c][r].as_ptr().cast()) })
+    pub(super) fn blocks(
+        row: &[u8],
+        width: usize,
+        flip: bool,
+        planes: &mut [&mut [MaybeUninit<u8>]; 3],
+    ) -> usize {
+        // SAFETY: 16-byte arrays read as vectors; unaligned loads are allowed.
+        let masks: [[__m128i; 3]; 3] = std::array::from_fn(|c| {
+            std::array::from_fn(|r| unsafe {
+                _mm_loadu_si128(SHUFFLES[usize::from(flip)][c][r].as_ptr().cast())
             })
         });
-        let masks = &masks[usize::from(flip)];
         let whole = width - width % PIXELS;
-        let rows = src.chunks_exact(width * 3).zip(red.chunks_exact_mut(width));
-        for ((row, r), (g, b)) in rows.zip(green.chunks_exact_mut(width).zip(blue.chunks_exact_mut(width))) {
-            let mut planes = [r, g, b];
-            for x in (0..whole).step_by(PIXELS) {
-                // The block's first source pixel: from the row's other end when mirrored.
-                let s = if flip { width - PIXELS - x } else { x };
-                // Slices of the block's exact length (in bounds: s + 16 <= width), so that the
-                // vectors below stay inside them; an index out of bounds would panic, never
-                // leave bytes unwritten.
-                let block = &row[3 * s..3 * s + BLOCK];
-                // SAFETY: each load reads 16 bytes within the 48 of `block`.
-                let v: [__m128i; 3] =
-                    std::array::from_fn(|i| unsafe { _mm_loadu_si128(block.as_ptr().add(16 * i).cast()) });
-                for (plane, mask) in planes.iter_mut().zip(masks) {
-                    let bytes = _mm_or_si128(
-                        _mm_or_si128(_mm_shuffle_epi8(v[0], mask[0]), _mm_shuffle_epi8(v[1], mask[1])),
-                        _mm_shuffle_epi8(v[2], mask[2]),
-                    );
-                    let dst = &mut plane[x..x + PIXELS];
-                    // SAFETY: the store writes the 16 bytes of `dst`; unaligned stores are
-                    // allowed, and `MaybeUninit<u8>` has the layout of `u8`.
-                    unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), bytes) };
-                }
-            }
-            let (pixels, _) = row.as_chunks::<3>();
-            for x in whole..width {
-                let p = pixels[if flip { width - 1 - x } else { x }];
-                for (plane, value) in planes.iter_mut().zip(p) {
-                    plane[x].write(value);
-                }
+        for x in (0..whole).step_by(PIXELS) {
+            // The block's first source pixel: from the row's other end when mirrored.
+            let s = if flip { width - PIXELS - x } else { x };
+            // Slices of the block's exact length (in bounds: s + 16 <= width), so that the
+            // vectors below stay inside them; an index out of bounds would panic, never leave
+            // bytes unwritten.
+            let block = &row[3 * s..3 * s + BLOCK];
+            // SAFETY: each load reads 16 bytes within the 48 of `block`.
+            let v: [__m128i; 3] =
+                std::array::from_fn(|i| unsafe { _mm_loadu_si128(block.as_ptr().add(16 * i).cast()) });
+            for (plane, mask) in planes.iter_mut().zip(&masks) {
+                let bytes = _mm_or_si128(
+                    _mm_or_si128(_mm_shuffle_epi8(v[0], mask[0]), _mm_shuffle_epi8(v[1], mask[1])),
+                    _mm_shuffle_epi8(v[2], mask[2]),
+                );
+                let dst = &mut plane[x..x + PIXELS];
+                // SAFETY: the store writes the 16 bytes of `dst`; unaligned stores are allowed,
+                // and `MaybeUninit<u8>` has the layout of `u8`.
+                unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), bytes) };
             }
         }
+        whole
     }
 }
 
@@ -214,7 +212,7 @@ mod tests {
             let src = image(width * 3 * 2);
             for flip in [false, true] {
                 let mut out = vec![MaybeUninit::new(0); src.len()];
-                planes_any(&src, width, flip, &mut out);
+                split(&src, width, flip, false, &mut out);
                 // SAFETY: every byte was initialized above.
                 let got: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
                 assert_eq!(got, reference(&src, width, flip), "width {width}, flip {flip}");
