@@ -35,6 +35,27 @@ impl Lut {
     }
 }
 
+/// How a kernel stores the values it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stores {
+    /// Through the caches: for values read again soon (one image, a small batch).
+    Cached,
+    /// Around the caches (non-temporal stores), where the CPU has them: for a batch far larger
+    /// than the caches, read back only once it is whole. A store through the caches first reads
+    /// the line it writes, and evicts what the decoder is using.
+    Streaming,
+}
+
+/// Output sizes from which [`Stores::for_output`] streams: past what a core's caches keep.
+const STREAMING_FROM: usize = 8 << 20;
+
+impl Stores {
+    /// How to store an output of `bytes`: streaming from 8 MiB on, else through the caches.
+    pub fn for_output(bytes: usize) -> Stores {
+        if bytes >= STREAMING_FROM { Stores::Streaming } else { Stores::Cached }
+    }
+}
+
 /// Axis order of an image tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -63,6 +84,11 @@ pub fn lut(mean: [f32; 3], std: [f32; 3]) -> Lut {
 /// Appends the image `src` (`[h, w, 3]` interleaved RGB, rows of `w` pixels) to `out` as
 /// `float32` through `lut`, in `layout`, mirrored left to right when `flip` is set.
 pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: bool, out: &mut Vec<f32>) {
+    append(src, w, lut, layout, flip, Stores::Cached, out);
+}
+
+/// [`normalize_into`], storing the values as `stores` says.
+fn append(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: bool, stores: Stores, out: &mut Vec<f32>) {
     if let Some(affine) = lut.arithmetic()
         && w > 0
     {
@@ -72,7 +98,7 @@ pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: boo
         out.reserve(values);
         let start = out.len();
         let spare = &mut out.spare_capacity_mut()[..values];
-        affine.write(pixels, w, flip, layout, spare);
+        affine.write(pixels, w, flip, layout, stores, spare);
         // SAFETY: `write` stored a value in each of the `values` slots after `start`, within
         // the capacity reserved above.
         unsafe { out.set_len(start + values) };
@@ -97,6 +123,7 @@ pub fn normalize_into(src: &[u8], w: usize, lut: &Lut, layout: Layout, flip: boo
 /// whole `[h, w, 3]` interleaved images one after another (a `uint8` `[rows, h, w, 3]` tensor),
 /// and `out` gets the `[rows, h, w, 3]` or `[rows, 3, h, w]` values, each image as
 /// [`normalize_into`] writes it without a flip. Bytes after the last whole image are left out.
+/// A batch of 8 MiB or more of values is written around the caches ([`Stores::for_output`]).
 pub fn normalize_batch_into(
     pixels: &[u8],
     h: usize,
@@ -109,26 +136,29 @@ pub fn normalize_batch_into(
     if image == 0 {
         return;
     }
-    out.reserve(pixels.len() / image * image);
+    let values = pixels.len() / image * image;
+    out.reserve(values);
+    let stores = Stores::for_output(values.saturating_mul(4));
     for one in pixels.chunks_exact(image) {
-        normalize_into(one, w, lut, layout, false, out);
+        append(one, w, lut, layout, false, stores, out);
     }
 }
 
 /// Writes the image `src` (`[h, w, 3]` interleaved RGB) over `out` (exactly
 /// `src.len()` values) as `float32` through `lut`, in `layout`: the values [`normalize_into`]
-/// appends without a flip, for a caller that owns the destination already (a batch's buffer).
+/// appends without a flip, for a caller that owns the destination already (a batch's buffer),
+/// stored as `stores` says (see [`Stores::for_output`]).
 ///
 /// # Panics
 /// When `out.len() != src.len()`.
-pub fn normalize_over(src: &[u8], lut: &Lut, layout: Layout, out: &mut [f32]) {
+pub fn normalize_over(src: &[u8], lut: &Lut, layout: Layout, stores: Stores, out: &mut [f32]) {
     assert_eq!(out.len(), src.len(), "normalize_over writes one value per byte of the image");
     let (pixels, rest) = src.as_chunks::<3>();
     if let Some(affine) = lut.arithmetic()
         && rest.is_empty()
         && !pixels.is_empty()
     {
-        return affine.write(pixels, pixels.len(), false, layout, out);
+        return affine.write(pixels, pixels.len(), false, layout, stores, out);
     }
     let [l0, l1, l2] = &lut.tables;
     match layout {
@@ -258,10 +288,12 @@ mod tests {
         for layout in [Layout::Hwc, Layout::Chw] {
             let mut appended = Vec::new();
             normalize_into(&src, w, &table, layout, false, &mut appended);
-            let mut over = vec![f32::NAN; src.len()];
-            normalize_over(&src, &table, layout, &mut over);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&over), bits(&appended), "{layout:?}");
+            for stores in [Stores::Cached, Stores::Streaming] {
+                let mut over = vec![f32::NAN; src.len()];
+                normalize_over(&src, &table, layout, stores, &mut over);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&over), bits(&appended), "{layout:?} {stores:?}");
+            }
         }
     }
 
@@ -291,14 +323,18 @@ mod tests {
                     assert_eq!(bits(&fast), bits(&slow), "{mean:?} {std:?} {layout:?} flip {flip}");
                     // The kernel itself, whatever this CPU has.
                     let (pixels, _) = src.as_chunks::<3>();
-                    let mut direct = vec![0.0; src.len()];
-                    affine.write(pixels, w, flip, layout, &mut direct);
-                    assert_eq!(bits(&direct), bits(&slow[1..]), "{layout:?} flip {flip}");
+                    for stores in [Stores::Cached, Stores::Streaming] {
+                        let mut direct = vec![0.0; src.len()];
+                        affine.write(pixels, w, flip, layout, stores, &mut direct);
+                        assert_eq!(bits(&direct), bits(&slow[1..]), "{layout:?} flip {flip} {stores:?}");
+                    }
                 }
-                let (mut fast, mut slow) = (vec![0.0; src.len()], vec![0.0; src.len()]);
-                normalize_over(&src, &table, layout, &mut fast);
-                normalize_over(&src, &tables_only, layout, &mut slow);
-                assert_eq!(bits(&fast), bits(&slow), "{layout:?}");
+                for stores in [Stores::Cached, Stores::Streaming] {
+                    let (mut fast, mut slow) = (vec![0.0; src.len()], vec![0.0; src.len()]);
+                    normalize_over(&src, &table, layout, stores, &mut fast);
+                    normalize_over(&src, &tables_only, layout, stores, &mut slow);
+                    assert_eq!(bits(&fast), bits(&slow), "{layout:?} {stores:?}");
+                }
             }
         }
     }
@@ -318,6 +354,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The CHW form in reading order at every pixel count around its eight-pixel steps, from
+    /// every 4-byte offset of a 32-byte line (where streaming starts with single pixels, or
+    /// cannot stream because the planes are not 32 bytes apart), either way of storing.
+    #[test]
+    fn the_chw_form_gives_the_tables_bits_at_every_count_and_alignment() {
+        let table = lut(MEAN, STD);
+        let tables_only = Lut { affine: None, ..table.clone() };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let src = every_value(1, 300);
+        for n in (0..=41).chain([256, 299, 300]) {
+            let image = &src[..n * 3];
+            let mut expected = vec![0.0; n * 3];
+            normalize_over(image, &tables_only, Layout::Chw, Stores::Cached, &mut expected);
+            for stores in [Stores::Cached, Stores::Streaming] {
+                for offset in 0..8 {
+                    let mut buffer = vec![f32::NAN; n * 3 + 16];
+                    let out = &mut buffer[offset..offset + n * 3];
+                    normalize_over(image, &table, Layout::Chw, stores, out);
+                    assert_eq!(bits(out), bits(&expected), "{n} pixels at +{offset} {stores:?}");
+                    let rest = buffer.iter().enumerate().filter(|&(i, _)| i < offset || i >= offset + n * 3);
+                    assert!(rest.map(|(_, v)| v).all(|v| v.is_nan()), "nothing written around the image");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batches_from_8_mib_stream() {
+        assert_eq!(Stores::for_output(128 * 224 * 224 * 3 * 4), Stores::Streaming);
+        assert_eq!(Stores::for_output((8 << 20) - 1), Stores::Cached);
+        assert_eq!(Stores::for_output(0), Stores::Cached);
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! error, ~1e-16 relative, changes an `f32` rounding only within that of a midpoint; the
 //! check is exhaustive, 768 values), so the output is the same bits either way.
 
-use super::Layout;
+use super::{Layout, Stores};
 use std::mem::MaybeUninit;
+
+#[cfg(target_arch = "x86_64")]
+mod chw;
 
 /// The per-channel affine form of the normalization tables.
 #[derive(Clone, Copy, Debug)]
@@ -18,19 +21,30 @@ pub(super) struct Affine {
 }
 
 /// Where a kernel stores its values: a slice of values, or the spare capacity of a `Vec`.
-pub(super) trait Sink {
+///
+/// # Safety
+/// An implementor has the size and alignment of an `f32` and holds one as its bits, so that a
+/// vector kernel may store `f32`s through [`Sink::as_f32_ptr`].
+pub(super) unsafe trait Sink: Sized {
     /// Stores `value`.
     fn put(&mut self, value: f32);
+
+    /// The start of `slots`, for storing `f32`s.
+    fn as_f32_ptr(slots: &mut [Self]) -> *mut f32 {
+        slots.as_mut_ptr().cast()
+    }
 }
 
-impl Sink for f32 {
+// SAFETY: an `f32`.
+unsafe impl Sink for f32 {
     #[inline(always)]
     fn put(&mut self, value: f32) {
         *self = value;
     }
 }
 
-impl Sink for MaybeUninit<f32> {
+// SAFETY: `MaybeUninit<f32>` has the layout of an `f32`.
+unsafe impl Sink for MaybeUninit<f32> {
     #[inline(always)]
     fn put(&mut self, value: f32) {
         self.write(value);
@@ -73,21 +87,28 @@ impl Affine {
     }
 
     /// Writes `pixels` (rows of `w`; a whole number of rows) to `out` (three values a pixel)
-    /// in `layout`, each row mirrored when `flip` is set. Right on any CPU; faster than the
-    /// tables only where [`available`].
+    /// in `layout`, each row mirrored when `flip` is set; the CHW form in reading order with
+    /// `stores` (the others through the caches). Right on any CPU; faster than the tables only
+    /// where [`available`].
     pub(super) fn write<S: Sink>(
         &self,
         pixels: &[[u8; 3]],
         w: usize,
         flip: bool,
         layout: Layout,
+        stores: Stores,
         out: &mut [S],
     ) {
         #[cfg(target_arch = "x86_64")]
         if available() {
-            // SAFETY: the CPU has AVX2 (checked just now).
+            if layout == Layout::Chw && !flip {
+                // SAFETY: the CPU has AVX2 (checked just now).
+                return unsafe { self.chw_avx2(pixels, stores, out) };
+            }
+            // SAFETY: as above.
             return unsafe { self.write_avx2(pixels, w, flip, layout, out) };
         }
+        let _ = stores;
         self.write_any(pixels, w, flip, layout, out)
     }
 

@@ -1,18 +1,19 @@
-//! The arithmetic form against the tables, on a batch of ImageNet-sized images (77 MB of
-//! `float32` written a round), in the same run.
+//! The arithmetic form against the tables, and the CHW form's stores through the caches against
+//! streaming, on a batch of ImageNet-sized images (77 MB of `float32` written a round), in the
+//! same run.
 //! Run: `cargo nextest run --release -p granary-kernels --run-ignored only -E 'test(bench_)' --no-capture`.
 
-use super::{Layout, Lut, lut, normalize_over};
+use super::{Layout, Lut, Stores, lut, normalize_over};
 use crate::benchmark::{SIDE, alternate, per_image, pixels};
 
 const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 /// Writes every image of `src` over `out` through `table`.
-fn round(src: &[u8], out: &mut [f32], table: &Lut, layout: Layout) {
+fn round(src: &[u8], out: &mut [f32], table: &Lut, layout: Layout, stores: Stores) {
     let image = SIDE * SIDE * 3;
     for (one, values) in src.chunks_exact(image).zip(out.chunks_exact_mut(image)) {
-        normalize_over(one, table, layout, values);
+        normalize_over(one, table, layout, stores, values);
     }
 }
 
@@ -29,8 +30,8 @@ fn bench_normalize_arithmetic_against_tables() {
     let out = std::cell::RefCell::new(vec![0.0f32; src.len()]);
     for layout in [Layout::Chw, Layout::Hwc] {
         let (slow, fast) = alternate(
-            || round(&src, &mut out.borrow_mut(), &tables_only, layout),
-            || round(&src, &mut out.borrow_mut(), &table, layout),
+            || round(&src, &mut out.borrow_mut(), &tables_only, layout, Stores::Cached),
+            || round(&src, &mut out.borrow_mut(), &table, layout, Stores::Cached),
         );
         println!(
             "normalize {layout:?} {SIDE}×{SIDE}: tables {:.1} µs/image, arithmetic {:.1} µs/image: {:.2}× the tables",
@@ -39,4 +40,14 @@ fn bench_normalize_arithmetic_against_tables() {
             slow / fast
         );
     }
+    let (cached, streaming) = alternate(
+        || round(&src, &mut out.borrow_mut(), &table, Layout::Chw, Stores::Cached),
+        || round(&src, &mut out.borrow_mut(), &table, Layout::Chw, Stores::Streaming),
+    );
+    println!(
+        "normalize Chw {SIDE}×{SIDE}, a 77 MB batch: through the caches {:.1} µs/image, streaming {:.1} µs/image: {:.2}× through the caches",
+        per_image(cached),
+        per_image(streaming),
+        cached / streaming
+    );
 }

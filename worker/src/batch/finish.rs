@@ -10,7 +10,7 @@
 
 use super::{Batch, BatchTensor};
 use crate::tensor::DType;
-use granary_kernels::normalize::{Layout, Lut, lut, normalize_into, normalize_over};
+use granary_kernels::normalize::{Layout, Lut, Stores, lut, normalize_into, normalize_over};
 use std::cell::RefCell;
 
 /// Images one thread finishes per batch before another thread is worth starting.
@@ -79,9 +79,10 @@ impl Finish {
         let rows = pixels.len() / image;
         let threads = self.threads.min(rows.div_ceil(IMAGES_PER_THREAD)).max(1);
         let per = rows.div_ceil(threads) * image;
+        let stores = Stores::for_output(std::mem::size_of_val(values));
         let run = |src: &[u8], dst: &mut [f32]| {
             for (one, out) in src.chunks_exact(image).zip(dst.chunks_exact_mut(image)) {
-                normalize_over(one, &self.table, self.layout, out);
+                normalize_over(one, &self.table, self.layout, stores, out);
             }
         };
         if threads == 1 {
