@@ -356,27 +356,37 @@ mod tests {
         }
     }
 
-    /// The CHW form in reading order at every pixel count around its eight-pixel steps, from
-    /// every 4-byte offset of a 32-byte line (where streaming starts with single pixels, or
-    /// cannot stream because the planes are not 32 bytes apart), either way of storing.
+    /// Both forms in reading order at every pixel count around their eight-pixel steps, from
+    /// every 4-byte offset of a 32-byte line (where streaming starts with single pixels, or the
+    /// CHW form cannot stream because its planes are not 32 bytes apart), either way of storing.
     #[test]
-    fn the_chw_form_gives_the_tables_bits_at_every_count_and_alignment() {
+    fn the_vector_forms_give_the_tables_bits_at_every_count_and_alignment() {
         let table = lut(MEAN, STD);
         let tables_only = Lut { affine: None, ..table.clone() };
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let src = every_value(1, 300);
-        for n in (0..=41).chain([256, 299, 300]) {
-            let image = &src[..n * 3];
-            let mut expected = vec![0.0; n * 3];
-            normalize_over(image, &tables_only, Layout::Chw, Stores::Cached, &mut expected);
-            for stores in [Stores::Cached, Stores::Streaming] {
-                for offset in 0..8 {
-                    let mut buffer = vec![f32::NAN; n * 3 + 16];
-                    let out = &mut buffer[offset..offset + n * 3];
-                    normalize_over(image, &table, Layout::Chw, stores, out);
-                    assert_eq!(bits(out), bits(&expected), "{n} pixels at +{offset} {stores:?}");
-                    let rest = buffer.iter().enumerate().filter(|&(i, _)| i < offset || i >= offset + n * 3);
-                    assert!(rest.map(|(_, v)| v).all(|v| v.is_nan()), "nothing written around the image");
+        for layout in [Layout::Chw, Layout::Hwc] {
+            for n in (0..=41).chain([256, 299, 300]) {
+                let image = &src[..n * 3];
+                let mut expected = vec![0.0; n * 3];
+                normalize_over(image, &tables_only, layout, Stores::Cached, &mut expected);
+                for stores in [Stores::Cached, Stores::Streaming] {
+                    for offset in 0..8 {
+                        let mut buffer = vec![f32::NAN; n * 3 + 16];
+                        let out = &mut buffer[offset..offset + n * 3];
+                        normalize_over(image, &table, layout, stores, out);
+                        assert_eq!(
+                            bits(out),
+                            bits(&expected),
+                            "{layout:?}, {n} pixels at +{offset} {stores:?}"
+                        );
+                        let around =
+                            buffer.iter().enumerate().filter(|&(i, _)| i < offset || i >= offset + n * 3);
+                        assert!(
+                            around.map(|(_, v)| v).all(|v| v.is_nan()),
+                            "nothing written around the image"
+                        );
+                    }
                 }
             }
         }

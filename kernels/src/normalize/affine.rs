@@ -11,7 +11,7 @@ use super::{Layout, Stores};
 use std::mem::MaybeUninit;
 
 #[cfg(target_arch = "x86_64")]
-mod chw;
+mod vectors;
 
 /// The per-channel affine form of the normalization tables.
 #[derive(Clone, Copy, Debug)]
@@ -101,9 +101,14 @@ impl Affine {
     ) {
         #[cfg(target_arch = "x86_64")]
         if available() {
-            if layout == Layout::Chw && !flip {
+            match layout {
                 // SAFETY: the CPU has AVX2 (checked just now).
-                return unsafe { self.chw_avx2(pixels, stores, out) };
+                Layout::Chw if !flip => return unsafe { self.chw_avx2(pixels, stores, out) },
+                // SAFETY: as above.
+                Layout::Hwc if !flip && stores == Stores::Streaming => {
+                    return unsafe { self.hwc_streamed_avx2(pixels, out) };
+                }
+                _ => {}
             }
             // SAFETY: as above.
             return unsafe { self.write_avx2(pixels, w, flip, layout, out) };

@@ -1,4 +1,4 @@
-//! The arithmetic form against the tables, and the CHW form's stores through the caches against
+//! The arithmetic form against the tables, and each form's stores through the caches against
 //! streaming, on a batch of ImageNet-sized images (77 MB of `float32` written a round), in the
 //! same run.
 //! Run: `cargo nextest run --release -p granary-kernels --run-ignored only -E 'test(bench_)' --no-capture`.
@@ -40,14 +40,16 @@ fn bench_normalize_arithmetic_against_tables() {
             slow / fast
         );
     }
-    let (cached, streaming) = alternate(
-        || round(&src, &mut out.borrow_mut(), &table, Layout::Chw, Stores::Cached),
-        || round(&src, &mut out.borrow_mut(), &table, Layout::Chw, Stores::Streaming),
-    );
-    println!(
-        "normalize Chw {SIDE}×{SIDE}, a 77 MB batch: through the caches {:.1} µs/image, streaming {:.1} µs/image: {:.2}× through the caches",
-        per_image(cached),
-        per_image(streaming),
-        cached / streaming
-    );
+    for layout in [Layout::Chw, Layout::Hwc] {
+        let (cached, streaming) = alternate(
+            || round(&src, &mut out.borrow_mut(), &table, layout, Stores::Cached),
+            || round(&src, &mut out.borrow_mut(), &table, layout, Stores::Streaming),
+        );
+        println!(
+            "normalize {layout:?} {SIDE}×{SIDE}, a 77 MB batch: through the caches {:.1} µs/image, streaming {:.1} µs/image: {:.2}× through the caches",
+            per_image(cached),
+            per_image(streaming),
+            cached / streaming
+        );
+    }
 }

@@ -1,15 +1,18 @@
-//! The `float32` CHW form of an image in reading order (no flip), eight pixels a step with AVX2:
-//! the 24 bytes of eight pixels are split into their three channels by byte shuffles, and each
-//! channel's eight values are converted, scaled and offset in `f64` (the same two operations as
-//! [`Affine`], rounded once to `f32`) and stored with one 32-byte store per plane.
+//! The `float32` forms of an image in reading order (no flip), eight pixels a step with AVX2, in
+//! `f64` (the two operations of [`Affine`], rounded once to `f32`):
+//! - CHW: the 24 bytes of eight pixels are split into their three channels by byte shuffles, and
+//!   each channel's eight values are stored with one 32-byte store per plane;
+//! - HWC, streamed only (through the caches the compiler's vectors of the interleaved loop do as
+//!   well): the 24 values of eight pixels take their channels' constants by position, three
+//!   32-byte stores.
 //!
 //! With [`Stores::Streaming`] those stores go around the caches. A batch of ImageNet images is
 //! 77 MB of `float32`, far past any cache: a store through the caches first reads the line it
 //! writes, and then evicts what the decoder was using. On the 2-core VM this was measured on:
 //! - filling a 77 MB buffer took 77 µs an image with plain 32-byte stores (7.8 GB/s), 31 µs with
 //!   non-temporal ones (19 GB/s);
-//! - this kernel (the benchmark in `normalize/bench.rs`) writes an image in 60–66 µs through the
-//!   caches and 54 µs streaming, against 75 µs for the auto-vectorized form it replaces;
+//! - the CHW kernel (the benchmark in `normalize/bench.rs`) writes an image in 60–66 µs through
+//!   the caches and 54 µs streaming, against 75 µs for the auto-vectorized form it replaces;
 //! - the same loop written in C with no arithmetic at all (the shuffled bytes widened and
 //!   streamed) takes 56 µs, and with two `f32` fused multiply-adds in place of the `f64` round
 //!   trip 59–60 µs: reading the `uint8` batch and streaming the values bound it, not the
@@ -84,20 +87,88 @@ impl Affine {
                 let values = _mm256_set_m128(high, low);
                 // SAFETY: eight values from `c·n + i`, `i + 8 ≤ n`; streamed only where `head`
                 // brought the red plane to 32 bytes and the planes are 32 bytes apart.
-                unsafe {
-                    let to = base.add(c * n + i);
-                    if stream {
-                        _mm256_stream_ps(to, values);
-                    } else {
-                        _mm256_storeu_ps(to, values);
-                    }
-                }
+                unsafe { store(base.add(c * n + i), values, stream) };
             }
         }
         if stream {
             // Non-temporal stores are weakly ordered: make them visible before the caller hands
             // the buffer on.
             _mm_sfence();
+        }
+    }
+
+    /// Writes `pixels` to `out` interleaved (`out` holds exactly three values a pixel), in
+    /// reading order, around the caches. The caller checked that the CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn hwc_streamed_avx2<S: Sink>(&self, pixels: &[[u8; 3]], out: &mut [S]) {
+        let n = pixels.len();
+        assert_eq!(out.len(), 3 * n, "the HWC form writes three values a pixel");
+        let base = S::as_f32_ptr(out);
+        // Single pixels first until the values are 32-byte aligned: eight pixels are 96 bytes,
+        // so every block after stays aligned. Pixel `i` starts `3i` values in, and 3 is its own
+        // inverse modulo 8.
+        let to_line = (8 - base.addr() % 32 / 4) % 8;
+        let head = (3 * to_line % 8).min(n);
+        let blocks = (n - head) / 8;
+        let tail = head + blocks * 8;
+        for i in (0..head).chain(tail..n) {
+            for (c, &x) in pixels[i].iter().enumerate() {
+                // SAFETY: value `3i + c` of the `3n` in `out`, laid out as `f32`s (the `Sink`
+                // contract); `i < n`.
+                unsafe { base.add(3 * i + c).write(self.value(c, x)) };
+            }
+        }
+        // Four values from position `p` take the channels `p % 3, p + 1 % 3, ...`: pattern
+        // `p % 3` of these.
+        let mut scale = [_mm256_setzero_pd(); 3];
+        let mut offset = [_mm256_setzero_pd(); 3];
+        for start in 0..3 {
+            let at = |j: usize| (start + j) % 3;
+            scale[start] =
+                _mm256_setr_pd(self.scale[at(0)], self.scale[at(1)], self.scale[at(2)], self.scale[at(3)]);
+            offset[start] = _mm256_setr_pd(
+                self.offset[at(0)],
+                self.offset[at(1)],
+                self.offset[at(2)],
+                self.offset[at(3)],
+            );
+        }
+        let bytes = pixels.as_flattened();
+        for block in 0..blocks {
+            let i = head + block * 8;
+            let src = &bytes[i * 3..i * 3 + 24];
+            // SAFETY: 16 bytes at `src[0..16]` and 8 at `src[16..24]`, within `src`.
+            let (a, b) =
+                unsafe { (_mm_loadu_si128(src.as_ptr().cast()), _mm_loadl_epi64(src[16..].as_ptr().cast())) };
+            for (g, eight) in [a, _mm_srli_si128::<8>(a), b].into_iter().enumerate() {
+                let (low, high) = (8 * g % 3, (8 * g + 4) % 3);
+                let l = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(eight));
+                let h = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128::<4>(eight)));
+                let l = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(l, scale[low]), offset[low]));
+                let h = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(h, scale[high]), offset[high]));
+                // SAFETY: values `3i + 8g ..+ 8` of `out`, `i + 8 ≤ n`; 32-byte aligned after
+                // `head`.
+                unsafe { store(base.add(3 * i + 8 * g), _mm256_set_m128(h, l), true) };
+            }
+        }
+        _mm_sfence();
+    }
+}
+
+/// Stores eight values at `to`: around the caches when `stream` (then `to` must be 32-byte
+/// aligned), else through them.
+///
+/// # Safety
+/// `to` is valid for eight `f32` writes, 32-byte aligned when `stream`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store(to: *mut f32, values: __m256, stream: bool) {
+    // SAFETY: the caller's.
+    unsafe {
+        if stream {
+            _mm256_stream_ps(to, values);
+        } else {
+            _mm256_storeu_ps(to, values);
         }
     }
 }
