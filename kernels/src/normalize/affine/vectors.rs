@@ -46,45 +46,27 @@ impl Affine {
         let n = pixels.len();
         assert_eq!(out.len(), 3 * n, "the CHW form writes three values a pixel");
         let base = S::as_f32_ptr(out);
-        // Scalar pixels first until the red plane is 32-byte aligned; streaming needs that for
+        // Single pixels first until the red plane is 32-byte aligned; streaming needs that for
         // all three planes, so only when they are a multiple of eight values apart.
         let stream = stores == Stores::Streaming && n.is_multiple_of(8);
         let head = if stream { base.align_offset(32).min(n) } else { 0 };
         let blocks = (n - head) / 8;
-        let tail = head + blocks * 8;
-        let value = |i: usize, c: usize| self.value(c, pixels[i][c]);
-        // SAFETY (every write below): `out` holds `3n` values, plane `c` at `c·n..(c+1)·n`, and
-        // `S` is laid out as an `f32` (the `Sink` contract); each index is below `n`.
-        let put = |i: usize, c: usize, v: f32| unsafe { base.add(c * n + i).write(v) };
-        for i in (0..head).chain(tail..n) {
-            (0..3).for_each(|c| put(i, c, value(i, c)));
-        }
+        // SAFETY: plane `c` is at `c·n..(c+1)·n` of the `3n` values.
+        unsafe { self.singles(pixels, head, head + blocks * 8, base, |i, c| c * n + i) };
         let mut shuffles = [(_mm_setzero_si128(), _mm_setzero_si128()); 3];
-        let mut scale = [_mm256_setzero_pd(); 3];
-        let mut offset = [_mm256_setzero_pd(); 3];
+        let mut constants = [(_mm256_setzero_pd(), _mm256_setzero_pd()); 3];
         for c in 0..3 {
             let (first, last) = channel_shuffles(c);
             // SAFETY: unaligned loads of 16 bytes from arrays of 16.
             shuffles[c] =
                 unsafe { (_mm_loadu_si128(first.as_ptr().cast()), _mm_loadu_si128(last.as_ptr().cast())) };
-            scale[c] = _mm256_set1_pd(self.scale[c]);
-            offset[c] = _mm256_set1_pd(self.offset[c]);
+            constants[c] = (_mm256_set1_pd(self.scale[c]), _mm256_set1_pd(self.offset[c]));
         }
-        let bytes = pixels.as_flattened();
-        for block in 0..blocks {
-            let i = head + block * 8;
-            let src = &bytes[i * 3..i * 3 + 24];
-            // SAFETY: 16 bytes at `src[0..16]` and 8 at `src[16..24]`, within `src`.
-            let (a, b) =
-                unsafe { (_mm_loadu_si128(src.as_ptr().cast()), _mm_loadl_epi64(src[16..].as_ptr().cast())) };
-            for c in 0..3 {
-                let (first, last) = shuffles[c];
+        for i in (head..head + blocks * 8).step_by(8) {
+            let (a, b) = load_eight(pixels, i);
+            for (c, (first, last)) in shuffles.into_iter().enumerate() {
                 let channel = _mm_or_si128(_mm_shuffle_epi8(a, first), _mm_shuffle_epi8(b, last));
-                let low = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(channel));
-                let high = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128::<4>(channel)));
-                let low = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(low, scale[c]), offset[c]));
-                let high = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(high, scale[c]), offset[c]));
-                let values = _mm256_set_m128(high, low);
+                let values = eight_values(channel, constants[c], constants[c]);
                 // SAFETY: eight values from `c·n + i`, `i + 8 ≤ n`; streamed only where `head`
                 // brought the red plane to 32 bytes and the planes are 32 bytes apart.
                 unsafe { store(base.add(c * n + i), values, stream) };
@@ -110,49 +92,74 @@ impl Affine {
         let to_line = (8 - base.addr() % 32 / 4) % 8;
         let head = (3 * to_line % 8).min(n);
         let blocks = (n - head) / 8;
-        let tail = head + blocks * 8;
-        for i in (0..head).chain(tail..n) {
-            for (c, &x) in pixels[i].iter().enumerate() {
-                // SAFETY: value `3i + c` of the `3n` in `out`, laid out as `f32`s (the `Sink`
-                // contract); `i < n`.
-                unsafe { base.add(3 * i + c).write(self.value(c, x)) };
-            }
-        }
-        // Four values from position `p` take the channels `p % 3, p + 1 % 3, ...`: pattern
-        // `p % 3` of these.
-        let mut scale = [_mm256_setzero_pd(); 3];
-        let mut offset = [_mm256_setzero_pd(); 3];
-        for start in 0..3 {
+        // SAFETY: pixel `i` is at `3i..3i+3` of the `3n` values.
+        unsafe { self.singles(pixels, head, head + blocks * 8, base, |i, c| 3 * i + c) };
+        // Four values from position `p` take the channels `p, p+1, p+2, p+3` (modulo 3): the
+        // constants of pattern `p % 3`.
+        let mut constants = [(_mm256_setzero_pd(), _mm256_setzero_pd()); 3];
+        for (start, pattern) in constants.iter_mut().enumerate() {
             let at = |j: usize| (start + j) % 3;
-            scale[start] =
-                _mm256_setr_pd(self.scale[at(0)], self.scale[at(1)], self.scale[at(2)], self.scale[at(3)]);
-            offset[start] = _mm256_setr_pd(
-                self.offset[at(0)],
-                self.offset[at(1)],
-                self.offset[at(2)],
-                self.offset[at(3)],
-            );
+            let [s, o] =
+                [self.scale, self.offset].map(|k| _mm256_setr_pd(k[at(0)], k[at(1)], k[at(2)], k[at(3)]));
+            *pattern = (s, o);
         }
-        let bytes = pixels.as_flattened();
-        for block in 0..blocks {
-            let i = head + block * 8;
-            let src = &bytes[i * 3..i * 3 + 24];
-            // SAFETY: 16 bytes at `src[0..16]` and 8 at `src[16..24]`, within `src`.
-            let (a, b) =
-                unsafe { (_mm_loadu_si128(src.as_ptr().cast()), _mm_loadl_epi64(src[16..].as_ptr().cast())) };
+        for i in (head..head + blocks * 8).step_by(8) {
+            let (a, b) = load_eight(pixels, i);
             for (g, eight) in [a, _mm_srli_si128::<8>(a), b].into_iter().enumerate() {
-                let (low, high) = (8 * g % 3, (8 * g + 4) % 3);
-                let l = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(eight));
-                let h = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128::<4>(eight)));
-                let l = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(l, scale[low]), offset[low]));
-                let h = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(h, scale[high]), offset[high]));
+                let values = eight_values(eight, constants[8 * g % 3], constants[(8 * g + 4) % 3]);
                 // SAFETY: values `3i + 8g ..+ 8` of `out`, `i + 8 ≤ n`; 32-byte aligned after
                 // `head`.
-                unsafe { store(base.add(3 * i + 8 * g), _mm256_set_m128(h, l), true) };
+                unsafe { store(base.add(3 * i + 8 * g), values, true) };
             }
         }
         _mm_sfence();
     }
+
+    /// Writes the pixels before `from` and from `to` on one value at a time, value `c` of pixel
+    /// `i` at `base + at(i, c)`.
+    ///
+    /// # Safety
+    /// `base` is valid for `f32` writes at every `at(i, c)` of those pixels.
+    #[inline]
+    unsafe fn singles(
+        &self,
+        pixels: &[[u8; 3]],
+        from: usize,
+        to: usize,
+        base: *mut f32,
+        at: impl Fn(usize, usize) -> usize,
+    ) {
+        for i in (0..from).chain(to..pixels.len()) {
+            for (c, &x) in pixels[i].iter().enumerate() {
+                // SAFETY: the caller's.
+                unsafe { base.add(at(i, c)).write(self.value(c, x)) };
+            }
+        }
+    }
+}
+
+/// The 24 bytes of pixels `i..i+8`: the first 16, and the last 8 in the low half.
+///
+/// # Panics
+/// When `i + 8` is past the pixels.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_eight(pixels: &[[u8; 3]], i: usize) -> (__m128i, __m128i) {
+    let src = pixels[i..i + 8].as_flattened();
+    // SAFETY: 16 bytes at `src[0..16]` and 8 at `src[16..24]`, within `src`.
+    unsafe { (_mm_loadu_si128(src.as_ptr().cast()), _mm_loadl_epi64(src[16..].as_ptr().cast())) }
+}
+
+/// The eight bytes in the low half of `bytes` as `f32` values, `x · scale + offset` in `f64`
+/// rounded once: the first four with `low`'s `(scale, offset)`, the last four with `high`'s.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn eight_values(bytes: __m128i, low: (__m256d, __m256d), high: (__m256d, __m256d)) -> __m256 {
+    let l = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(bytes));
+    let h = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128::<4>(bytes)));
+    let l = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(l, low.0), low.1));
+    let h = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(h, high.0), high.1));
+    _mm256_set_m128(h, l)
 }
 
 /// Stores eight values at `to`: around the caches when `stream` (then `to` must be 32-byte
