@@ -8,30 +8,6 @@
 //! two blocks, goes pixel by pixel. Other CPUs go pixel by pixel throughout. Both give the same
 //! bytes.
 
-/// Pixels a block reverses at once.
-const PIXELS: usize = 16;
-/// Bytes of a block.
-const BLOCK: usize = PIXELS * 3;
-
-/// Source byte of output byte `o` in a reversed block: pixel `o / 3` comes from pixel
-/// `15 − o / 3`, channel kept.
-const fn source(o: usize) -> usize {
-    3 * (PIXELS - 1 - o / 3) + o % 3
-}
-
-/// `SHUFFLES[k][r]`: for output vector `k`, the lane of input vector `r` each byte comes from,
-/// `0x80` (a zero byte, or-ed away) where it comes from another vector.
-const SHUFFLES: [[[u8; 16]; 3]; 3] = {
-    let mut masks = [[[0x80u8; 16]; 3]; 3];
-    let mut o = 0;
-    while o < BLOCK {
-        let s = source(o);
-        masks[o / 16][s / 16][o % 16] = (s % 16) as u8;
-        o += 1;
-    }
-    masks
-};
-
 /// Mirrors each row of `data` (rows of `width` RGB pixels) left to right in place; bytes past
 /// the last whole row are left as they are.
 pub fn mirror_in_place(data: &mut [u8], width: usize) {
@@ -56,7 +32,30 @@ fn in_place_any(data: &mut [u8], width: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{BLOCK, SHUFFLES};
+    /// Pixels a block reverses at once.
+    pub(super) const PIXELS: usize = 16;
+    /// Bytes of a block.
+    pub(super) const BLOCK: usize = PIXELS * 3;
+
+    /// Source byte of output byte `o` in a reversed block: pixel `o / 3` comes from pixel
+    /// `15 − o / 3`, channel kept.
+    pub(super) const fn source(o: usize) -> usize {
+        3 * (PIXELS - 1 - o / 3) + o % 3
+    }
+
+    /// `SHUFFLES[k][r]`: for output vector `k`, the lane of input vector `r` each byte comes from,
+    /// `0x80` (a zero byte, or-ed away) where it comes from another vector.
+    pub(super) const SHUFFLES: [[[u8; 16]; 3]; 3] = {
+        let mut masks = [[[0x80u8; 16]; 3]; 3];
+        let mut o = 0;
+        while o < BLOCK {
+            let s = source(o);
+            masks[o / 16][s / 16][o % 16] = (s % 16) as u8;
+            o += 1;
+        }
+        masks
+    };
+
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128};
 
     /// The 48 bytes of `block` as three vectors.
@@ -139,8 +138,10 @@ mod tests {
         (0..len).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect()
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn shuffles_send_each_byte_of_a_block_to_its_mirror() {
+        use super::simd::{BLOCK, PIXELS, SHUFFLES, source};
         let block: Vec<u8> = (0..BLOCK as u8).collect();
         assert_eq!(reference(&block, PIXELS), (0..BLOCK).map(|o| source(o) as u8).collect::<Vec<_>>());
         // Every output byte has exactly one source vector.

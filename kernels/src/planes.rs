@@ -10,39 +10,6 @@
 
 use std::mem::MaybeUninit;
 
-/// Pixels a block splits at once.
-const PIXELS: usize = 16;
-/// Bytes of a block.
-const BLOCK: usize = PIXELS * 3;
-
-/// Source byte, within a block, of byte `p` of plane `c`: pixel `p`, or pixel `15 − p` when
-/// mirrored.
-const fn source(c: usize, p: usize, mirrored: bool) -> usize {
-    let pixel = if mirrored { PIXELS - 1 - p } else { p };
-    3 * pixel + c
-}
-
-/// `SHUFFLES[m][c][r]`: for plane `c` (mirrored when `m` is 1), the lane of input vector `r`
-/// each byte comes from, `0x80` (a zero byte, or-ed away) where it comes from another vector.
-const SHUFFLES: [[[[u8; 16]; 3]; 3]; 2] = {
-    let mut masks = [[[[0x80u8; 16]; 3]; 3]; 2];
-    let mut m = 0;
-    while m < 2 {
-        let mut c = 0;
-        while c < 3 {
-            let mut p = 0;
-            while p < PIXELS {
-                let s = source(c, p, m == 1);
-                masks[m][c][s / 16][p] = (s % 16) as u8;
-                p += 1;
-            }
-            c += 1;
-        }
-        m += 1;
-    }
-    masks
-};
-
 /// Appends the whole rows of `src` (rows of `width` RGB pixels) to `out` as three planes, red,
 /// green and blue, each row mirrored when `flip` is set; bytes past the last whole row are left
 /// out. Writes each output byte once (no zero-fill first).
@@ -74,14 +41,14 @@ fn split(src: &[u8], width: usize, flip: bool, blocks: bool, out: &mut [MaybeUni
     let rows = src.chunks_exact(width * 3).zip(red.chunks_exact_mut(width));
     for ((row, r), (g, b)) in rows.zip(green.chunks_exact_mut(width).zip(blue.chunks_exact_mut(width))) {
         let mut planes = [r, g, b];
-        let mut done = 0;
+        // SAFETY: the caller asks for blocks only where the CPU has SSSE3.
         #[cfg(target_arch = "x86_64")]
-        if blocks {
-            // SAFETY: the caller asks for blocks only where the CPU has SSSE3.
-            done = unsafe { simd::blocks(row, width, flip, &mut planes) };
-        }
+        let done = if blocks { unsafe { simd::blocks(row, width, flip, &mut planes) } } else { 0 };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = blocks;
+        let done = {
+            let _ = blocks;
+            0
+        };
         let (pixels, _) = row.as_chunks::<3>();
         for x in done..width {
             let p = pixels[if flip { width - 1 - x } else { x }];
@@ -94,7 +61,39 @@ fn split(src: &[u8], width: usize, flip: bool, blocks: bool, out: &mut [MaybeUni
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{BLOCK, PIXELS, SHUFFLES};
+    /// Pixels a block splits at once.
+    pub(super) const PIXELS: usize = 16;
+    /// Bytes of a block.
+    pub(super) const BLOCK: usize = PIXELS * 3;
+
+    /// Source byte, within a block, of byte `p` of plane `c`: pixel `p`, or pixel `15 − p` when
+    /// mirrored.
+    pub(super) const fn source(c: usize, p: usize, mirrored: bool) -> usize {
+        let pixel = if mirrored { PIXELS - 1 - p } else { p };
+        3 * pixel + c
+    }
+
+    /// `SHUFFLES[m][c][r]`: for plane `c` (mirrored when `m` is 1), the lane of input vector `r`
+    /// each byte comes from, `0x80` (a zero byte, or-ed away) where it comes from another vector.
+    pub(super) const SHUFFLES: [[[[u8; 16]; 3]; 3]; 2] = {
+        let mut masks = [[[[0x80u8; 16]; 3]; 3]; 2];
+        let mut m = 0;
+        while m < 2 {
+            let mut c = 0;
+            while c < 3 {
+                let mut p = 0;
+                while p < PIXELS {
+                    let s = source(c, p, m == 1);
+                    masks[m][c][s / 16][p] = (s % 16) as u8;
+                    p += 1;
+                }
+                c += 1;
+            }
+            m += 1;
+        }
+        masks
+    };
+
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128};
     use std::mem::MaybeUninit;
 
@@ -166,8 +165,10 @@ mod tests {
         (0..len).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect()
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn shuffles_send_each_byte_of_a_block_to_its_plane() {
+        use super::simd::{BLOCK, PIXELS, SHUFFLES, source};
         let block: Vec<u8> = (0..BLOCK as u8).collect();
         for (m, flip) in [false, true].into_iter().enumerate() {
             let planes = reference(&block, PIXELS, flip);

@@ -24,12 +24,13 @@ pub(super) struct Affine {
 ///
 /// # Safety
 /// An implementor has the size and alignment of an `f32` and holds one as its bits, so that a
-/// vector kernel may store `f32`s through [`Sink::as_f32_ptr`].
+/// vector kernel may store `f32`s through `as_f32_ptr`.
 pub(super) unsafe trait Sink: Sized {
     /// Stores `value`.
     fn put(&mut self, value: f32);
 
     /// The start of `slots`, for storing `f32`s.
+    #[cfg(target_arch = "x86_64")]
     fn as_f32_ptr(slots: &mut [Self]) -> *mut f32 {
         slots.as_mut_ptr().cast()
     }
