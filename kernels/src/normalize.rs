@@ -2,8 +2,9 @@
 //!
 //! Every output value is a table entry, so any two places that build the table from the same
 //! `f32` mean and std produce the same bits. Where the CPU has the vector units for it, the
-//! values are computed instead of looked up (see [`affine`]), by a formula checked at
-//! construction to give every table entry bit for bit.
+//! values are computed instead of looked up (see `normalize/affine.rs`), by a formula checked at
+//! construction to give every table entry bit for bit. A whole batch of 8 MiB or more is
+//! written around the caches ([`Stores`]): nothing reads it back before it is complete.
 
 mod affine;
 #[cfg(test)]

@@ -88,9 +88,10 @@ impl Affine {
     }
 
     /// Writes `pixels` (rows of `w`; a whole number of rows) to `out` (three values a pixel)
-    /// in `layout`, each row mirrored when `flip` is set; the CHW form in reading order with
-    /// `stores` (the others through the caches). Right on any CPU; faster than the tables only
-    /// where [`available`].
+    /// in `layout`, each row mirrored when `flip` is set. Without a flip the values are stored
+    /// as `stores` says (where the CPU has AVX2; a mirrored form, and any form on other CPUs,
+    /// goes through the caches). Right on any CPU; faster than the tables only where
+    /// [`available`].
     pub(super) fn write<S: Sink>(
         &self,
         pixels: &[[u8; 3]],
