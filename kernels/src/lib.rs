@@ -8,10 +8,13 @@
 //!   time where the CPU has SSSE3).
 //! - `planes`: `uint8` RGB rows split into three planes (the CHW layout), optionally mirrored
 //!   (sixteen pixels at a time where the CPU has SSSE3).
+//! - `resize`: the horizontal pass of a bilinear, antialiased resize of RGB rows, with the taps
+//!   and bytes of `fast_image_resize` (four outputs to a vector where the CPU has AVX-512 VBMI).
 
 pub mod mirror;
 pub mod normalize;
 pub mod planes;
+pub mod resize;
 
 /// Whether this CPU shuffles bytes within a vector (SSSE3's `pshufb`), which the mirror and the
 /// planes use to move sixteen pixels at a time.
