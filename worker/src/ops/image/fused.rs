@@ -6,8 +6,9 @@
 //! - The crop box is drawn from the JPEG header alone, then libjpeg-turbo decodes only that
 //!   window, DCT-scaled by the smallest `n/8` that keeps the crop at least as large as the
 //!   output ([`granary_image::choose_scale`]).
-//! - The window is resized with `fast_image_resize` (SIMD, bilinear, antialiased) into a
-//!   per-thread buffer, reading the exact (fractional, after scaling) crop box in place.
+//! - The window is resized (bilinear, antialiased: `granary_image::resize_box`, with
+//!   `fast_image_resize`'s bytes) into a per-thread buffer, reading the exact (fractional, after
+//!   scaling) crop box in place.
 //! - Flip, normalization and layout happen in one pass that writes the output tensor.
 //!
 //! The random draws are the same, in the same order, as the separate operators make, so the

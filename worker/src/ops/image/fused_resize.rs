@@ -9,9 +9,9 @@
 //! - libjpeg-turbo decodes only the window covering that box (plus the reach of the resize
 //!   filter, its left edge on an iMCU boundary), DCT-scaled by the smallest SIMD scale `n/8` that
 //!   keeps the box at least as large as its share of the output ([`granary_image::choose_scale`]).
-//! - The exact box is resized in one `fast_image_resize` pass (bilinear, antialiased) into a
-//!   per-thread buffer; the filter reads the window's pixels around the box, as it reads the
-//!   neighbours of the crop in a full-size resize.
+//! - The exact box is resized in one call (bilinear, antialiased: `granary_image::resize_box`,
+//!   with `fast_image_resize`'s bytes) into a per-thread buffer; the filter reads the window's
+//!   pixels around the box, as it reads the neighbours of the crop in a full-size resize.
 //! - Flip, normalization and layout happen in one pass that writes the output tensor.
 //!
 //! The only random draw is the flip's, made as `image.flip` makes it, so flips agree with the
