@@ -47,6 +47,10 @@ pub fn vectors_available() -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Vertical {
     taps: Taps,
+    /// Each output row's weights as pairs (the first in the low 16 bits), `taps.most()`
+    /// halved and rounded up for every row, a lone last weight paired with zero: what the
+    /// vector pass broadcasts.
+    pairs: Vec<i32>,
 }
 
 impl Vertical {
@@ -54,6 +58,14 @@ impl Vertical {
     /// `out_size` rows, reusing this value's buffers.
     pub fn bilinear(&mut self, in_size: usize, in0: f64, in1: f64, out_size: usize) {
         self.taps.bilinear(in_size, in0, in1, out_size);
+        let per_row = self.taps.most().div_ceil(2);
+        self.pairs.clear();
+        self.pairs.resize(per_row * self.taps.len(), 0);
+        for y in 0..self.taps.len() {
+            for (k, &w) in self.taps.of(y).1.iter().enumerate() {
+                self.pairs[y * per_row + k / 2] |= i32::from(w as u16) << (16 * (k % 2));
+            }
+        }
     }
 
     /// The taps in effect.
@@ -79,7 +91,7 @@ impl Vertical {
             // SAFETY: the CPU has the features (checked just now); every tap reads a row
             // below `source_width`, inside `src`, and the output rows are inside `dst`
             // (asserted above).
-            return unsafe { vertical::run(&self.taps, src, stride, len, dst) };
+            return unsafe { vertical::run(&self.taps, &self.pairs, src, stride, len, dst) };
         }
         let half = (1i32 << self.taps.precision()) >> 1;
         for (y, out) in dst.chunks_exact_mut(len.max(1)).take(self.taps.len()).enumerate() {

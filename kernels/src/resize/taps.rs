@@ -189,7 +189,19 @@ mod tests {
     #[test]
     fn the_conversions_give_libms_values() {
         let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut values = vec![0.0, 0.5, 1.5, 2.5, -0.5, -1.5, 0.49999999999999994, 1e-300, 3.0, 16384.0, 22.999_999_999_999_996];
+        let mut values = vec![
+            0.0,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            0.49999999999999994,
+            1e-300,
+            3.0,
+            16384.0,
+            22.999_999_999_999_996,
+        ];
         for _ in 0..10_000 {
             state ^= state << 13;
             state ^= state >> 7;

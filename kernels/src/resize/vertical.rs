@@ -51,18 +51,21 @@ const ORDER: [u32; 16] = {
 /// # Safety
 /// The CPU has what [`super::vectors_available`] checks; for every output row `y` and each of
 /// its taps `t`, the `len` bytes from `(start_y + t) × stride` are inside `src`; `dst` holds
-/// `taps.len()` rows of `len` bytes.
+/// `taps.len()` rows of `len` bytes; `pairs` holds each row's weights in pairs, `taps.most()`
+/// halved and rounded up to a row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
-pub(super) unsafe fn run(taps: &Taps, src: &[u8], stride: usize, len: usize, dst: &mut [u8]) {
+pub(super) unsafe fn run(taps: &Taps, pairs: &[i32], src: &[u8], stride: usize, len: usize, dst: &mut [u8]) {
     let half = _mm512_set1_epi32((1i32 << taps.precision()) >> 1);
     let shift = _mm_cvtsi32_si128(taps.precision() as i32);
     // SAFETY: the tables hold 64 bytes each.
-    let pairs: [__m512i; 4] = PAIRS.map(|p| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) });
+    let permutes: [__m512i; 4] = PAIRS.map(|p| unsafe { _mm512_loadu_si512(p.as_ptr().cast()) });
+    let per_row = taps.most().div_ceil(2);
     let order = unsafe { _mm512_loadu_si512(ORDER.as_ptr().cast()) };
     let tail = len % 64;
     let tail_mask = u64::MAX >> (64 - tail.max(1));
     for y in 0..taps.len() {
         let (start, weights) = taps.of(y);
+        let row_pairs = &pairs[y * per_row..][..weights.len().div_ceil(2)];
         // SAFETY: row `y` of `dst` is inside it.
         let out = unsafe { dst.as_mut_ptr().add(y * len) };
         let mut x = 0;
@@ -70,21 +73,21 @@ pub(super) unsafe fn run(taps: &Taps, src: &[u8], stride: usize, len: usize, dst
         while x < len {
             let mask = if x + 64 <= len { u64::MAX } else { tail_mask };
             let mut sums = [half; 4];
-            for (t, pair) in weights.chunks(2).enumerate() {
-                let (top, bottom) = (pair[0], pair.get(1).copied().unwrap_or(0));
-                let w = _mm512_set1_epi32(i32::from(top as u16) | (i32::from(bottom as u16) << 16));
+            for (t, &pair) in row_pairs.iter().enumerate() {
+                let w = _mm512_set1_epi32(pair);
                 // SAFETY: the rows `start + 2t` and (when weighted) `start + 2t + 1` are inside
                 // `src` (the contract); the loads are masked to the `len − x` bytes left of the
                 // row. A lone last tap pairs with its own row, weighted zero.
                 let top_row = unsafe { src.as_ptr().add((start + 2 * t) * stride + x) };
-                let bottom_row = if pair.len() == 2 { unsafe { top_row.add(stride) } } else { top_row };
+                let bottom_row =
+                    if 2 * t + 1 < weights.len() { unsafe { top_row.add(stride) } } else { top_row };
                 let (a, b) = unsafe {
                     (
                         _mm512_maskz_loadu_epi8(mask, top_row.cast()),
                         _mm512_maskz_loadu_epi8(mask, bottom_row.cast()),
                     )
                 };
-                for (sum, index) in sums.iter_mut().zip(pairs) {
+                for (sum, index) in sums.iter_mut().zip(permutes) {
                     *sum = _mm512_dpwssd_epi32(*sum, _mm512_maskz_permutex2var_epi8(VALUES, a, index, b), w);
                 }
             }
