@@ -36,106 +36,108 @@ pub fn resize_box(
     if out.len() < need {
         out.resize(need, 0);
     }
-    let (view, crop) = filter_view(src, crop, edges);
-    two_passes(src, view, crop, rows, cols, &mut out[..need])
+    Job::of_box(src, crop, edges, rows, cols).two_passes(&mut out[..need])
 }
 
-/// The part of `src` the filter may read (`[left, top, width, height]`, whole pixels) and the
-/// box within it.
-fn filter_view(src: RgbView<'_>, crop: [f64; 4], edges: Edges) -> ([usize; 4], [f64; 4]) {
-    let [left, top, width, height] = crop;
-    match edges {
-        Edges::Box => {
-            // Whole pixels around the box: the filter is clamped to them.
-            let (x0, y0) = (left.floor(), top.floor());
-            let x1 = (left + width).ceil().min(src.width as f64);
-            let y1 = (top + height).ceil().min(src.height as f64);
-            let view = [x0 as usize, y0 as usize, (x1 - x0) as usize, (y1 - y0) as usize];
-            (view, [left - x0, top - y0, width, height])
-        }
-        Edges::Image => {
-            // Rounding must not push the box past the window's edge, which the resizer refuses.
-            let width = width.min(src.width as f64 - left);
-            let height = height.min(src.height as f64 - top);
-            ([0, 0, src.width, src.height], [left, top, width, height])
-        }
-    }
-}
-
-/// The resize of the box `crop` of the `view` of `src` into `out` (`rows × cols` RGB): by the
-/// kernels where they run, otherwise by `fast_image_resize`.
-fn two_passes(
-    src: RgbView<'_>,
+/// One resize: the box `crop` (`[left, top, width, height]`, fractional, within the view) of
+/// the `view` of `src` (`[left, top, width, height]`, whole pixels: what the filter may read),
+/// to `rows × cols` RGB.
+#[derive(Clone, Copy, Debug)]
+struct Job<'a> {
+    src: RgbView<'a>,
     view: [usize; 4],
     crop: [f64; 4],
     rows: usize,
     cols: usize,
-    out: &mut [u8],
-) -> Result<(), String> {
-    let [x, y, w, h] = view;
-    let inside = src.data.len() >= src.width * src.height * 3
-        && x.checked_add(w).is_some_and(|right| right <= src.width)
-        && y.checked_add(h).is_some_and(|bottom| bottom <= src.height);
-    if !inside {
-        return Err(format!(
-            "the {w}×{h} view at ({x}, {y}) is not inside the {}×{} image",
-            src.width, src.height
-        ));
-    }
-    let [cl, ct, cw, ch] = crop;
-    // The crate skips the horizontal pass when the box's columns are the output's: so does
-    // this, by leaving such boxes to it.
-    let horizontal = cols as f64 != cw || cl != cl.round();
-    PASSES.with(|cell| {
-        let (vertical, across, between) = &mut *cell.borrow_mut();
-        if horizontal {
-            across.bilinear(view[2], cl, cl + cw, cols);
-        }
-        if !horizontal || !across.vectors() {
-            return with_crate(src, view, crop, rows, cols, out);
-        }
-        vertical.bilinear(view[3], ct, ct + ch, rows);
-        // The vertical pass reads the columns the horizontal one needs, from its first row.
-        let (first_col, span) = (across.taps().first(), across.taps().source_width());
-        let first_row = vertical.taps().first();
-        let len = span * 3;
-        let need = rows * len;
-        if between.len() < need {
-            between.resize(need, 0);
-        }
-        let stride = src.width * 3;
-        let from = ((view[1] + first_row) * src.width + view[0] + first_col) * 3;
-        vertical.run(&src.data[from..], stride, len, &mut between[..need]);
-        across.run(&between[..need], out);
-        Ok(())
-    })
 }
 
-/// [`two_passes`] by `fast_image_resize` alone.
-fn with_crate(
-    src: RgbView<'_>,
-    view: [usize; 4],
-    crop: [f64; 4],
-    rows: usize,
-    cols: usize,
-    out: &mut [u8],
-) -> Result<(), String> {
-    let fail = |what: &dyn std::fmt::Display| {
-        format!("resizing a {}×{} window failed: {what}", src.width, src.height)
-    };
-    // Within MAX_SIDE (checked by the planner and the decoder): fits in u32.
-    let image = fr::images::ImageRef::new(src.width as u32, src.height as u32, src.data, fr::PixelType::U8x3)
-        .map_err(|e| fail(&e))?;
-    let mut dst = fr::images::Image::from_slice_u8(cols as u32, rows as u32, out, fr::PixelType::U8x3)
-        .map_err(|e| fail(&e))?;
-    let [x, y, w, h] = view.map(|v| v as u32);
-    let around = fr::images::CroppedImage::new(&image, x, y, w, h).map_err(|e| fail(&e))?;
-    let [left, top, width, height] = crop;
-    let options = fr::ResizeOptions::new()
-        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-        .use_alpha(false)
-        .crop(left, top, width, height);
-    RESIZER.with(|r| r.borrow_mut().resize(&around, &mut dst, &options)).map_err(|e| fail(&e))
+impl<'a> Job<'a> {
+    /// The resize of the box `crop` of `src`, the filter reading what `edges` says.
+    fn of_box(src: RgbView<'a>, crop: [f64; 4], edges: Edges, rows: usize, cols: usize) -> Job<'a> {
+        let [left, top, width, height] = crop;
+        let (view, crop) = match edges {
+            Edges::Box => {
+                // Whole pixels around the box: the filter is clamped to them.
+                let (x0, y0) = (left.floor(), top.floor());
+                let x1 = (left + width).ceil().min(src.width as f64);
+                let y1 = (top + height).ceil().min(src.height as f64);
+                let view = [x0 as usize, y0 as usize, (x1 - x0) as usize, (y1 - y0) as usize];
+                (view, [left - x0, top - y0, width, height])
+            }
+            Edges::Image => {
+                // Rounding must not push the box past the window's edge, which the resizer
+                // refuses.
+                let width = width.min(src.width as f64 - left);
+                let height = height.min(src.height as f64 - top);
+                ([0, 0, src.width, src.height], [left, top, width, height])
+            }
+        };
+        Job { src, view, crop, rows, cols }
+    }
+
+    /// The resize into `out` (`rows × cols` RGB): by the kernels where they run, otherwise by
+    /// `fast_image_resize`.
+    fn two_passes(&self, out: &mut [u8]) -> Result<(), String> {
+        let Job { src, view, crop, rows, cols } = *self;
+        let [x, y, w, h] = view;
+        let inside = src.data.len() >= src.width * src.height * 3
+            && x.checked_add(w).is_some_and(|right| right <= src.width)
+            && y.checked_add(h).is_some_and(|bottom| bottom <= src.height);
+        if !inside {
+            return Err(format!(
+                "the {w}×{h} view at ({x}, {y}) is not inside the {}×{} image",
+                src.width, src.height
+            ));
+        }
+        let [cl, ct, cw, ch] = crop;
+        // The crate skips the horizontal pass when the box's columns are the output's: so does
+        // this, by leaving such boxes to it.
+        let horizontal = cols as f64 != cw || cl != cl.round();
+        PASSES.with(|cell| {
+            let (vertical, across, between) = &mut *cell.borrow_mut();
+            if horizontal {
+                across.bilinear(w, cl, cl + cw, cols);
+            }
+            if !horizontal || !across.vectors() {
+                return self.with_crate(out);
+            }
+            vertical.bilinear(h, ct, ct + ch, rows);
+            // The vertical pass reads the columns the horizontal one needs, from its first row.
+            let (first_col, span) = (across.taps().first(), across.taps().source_width());
+            let first_row = vertical.taps().first();
+            let len = span * 3;
+            let need = rows * len;
+            if between.len() < need {
+                between.resize(need, 0);
+            }
+            let from = ((y + first_row) * src.width + x + first_col) * 3;
+            vertical.run(&src.data[from..], src.width * 3, len, &mut between[..need]);
+            across.run(&between[..need], out);
+            Ok(())
+        })
+    }
+
+    /// [`Job::two_passes`] by `fast_image_resize` alone.
+    fn with_crate(&self, out: &mut [u8]) -> Result<(), String> {
+        let Job { src, view, crop, rows, cols } = *self;
+        let fail = |what: &dyn std::fmt::Display| {
+            format!("resizing a {}×{} window failed: {what}", src.width, src.height)
+        };
+        // Within MAX_SIDE (checked by the planner and the decoder): fits in u32.
+        let image =
+            fr::images::ImageRef::new(src.width as u32, src.height as u32, src.data, fr::PixelType::U8x3)
+                .map_err(|e| fail(&e))?;
+        let mut dst = fr::images::Image::from_slice_u8(cols as u32, rows as u32, out, fr::PixelType::U8x3)
+            .map_err(|e| fail(&e))?;
+        let [x, y, w, h] = view.map(|v| v as u32);
+        let around = fr::images::CroppedImage::new(&image, x, y, w, h).map_err(|e| fail(&e))?;
+        let [left, top, width, height] = crop;
+        let options = fr::ResizeOptions::new()
+            .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
+            .use_alpha(false)
+            .crop(left, top, width, height);
+        RESIZER.with(|r| r.borrow_mut().resize(&around, &mut dst, &options)).map_err(|e| fail(&e))
+    }
 }
 
 /// Resizes the `region` of `src` (the whole image when `None`) to `out_height × out_width` into
@@ -166,9 +168,14 @@ pub fn resize_region(
         return Err(fail(&format_args!("crop box {region:?} is outside the image")));
     }
     let mut out = vec![0; out_height * out_width * 3];
-    let view = [region.left, region.top, region.width, region.height];
-    let whole = [0.0, 0.0, region.width as f64, region.height as f64];
-    two_passes(src, view, whole, out_height, out_width, &mut out)?;
+    Job {
+        src,
+        view: [region.left, region.top, region.width, region.height],
+        crop: [0.0, 0.0, region.width as f64, region.height as f64],
+        rows: out_height,
+        cols: out_width,
+    }
+    .two_passes(&mut out)?;
     Ok(out)
 }
 
@@ -186,9 +193,8 @@ mod tests {
         let src = RgbView { height, width, data: &data };
         let mut got = Vec::new();
         resize_box(src, crop, edges, rows, cols, &mut got).unwrap();
-        let (view, within) = filter_view(src, crop, edges);
         let mut expected = vec![0; rows * cols * 3];
-        with_crate(src, view, within, rows, cols, &mut expected).unwrap();
+        Job::of_box(src, crop, edges, rows, cols).with_crate(&mut expected).unwrap();
         assert_eq!(got, expected, "{width}×{height}, box {crop:?} ({edges:?}) → {cols}×{rows}");
     }
 
@@ -226,9 +232,9 @@ mod tests {
                 let got = resize_region(src, region, rows, cols).unwrap();
                 let r = region.unwrap_or(CropBox { top: 0, left: 0, height, width });
                 let mut expected = vec![0; rows * cols * 3];
-                let whole = [0.0, 0.0, r.width as f64, r.height as f64];
-                with_crate(src, [r.left, r.top, r.width, r.height], whole, rows, cols, &mut expected)
-                    .unwrap();
+                let view = [r.left, r.top, r.width, r.height];
+                let crop = [0.0, 0.0, r.width as f64, r.height as f64];
+                Job { src, view, crop, rows, cols }.with_crate(&mut expected).unwrap();
                 assert_eq!(got, expected, "{region:?} → {cols}×{rows}");
             }
         }

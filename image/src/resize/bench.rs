@@ -3,7 +3,7 @@
 //! sizes the training recipe's windows have, to 224×224.
 //! Run: `cargo nextest run --release -p granary-image --run-ignored only -E 'test(bench_)' --no-capture`.
 
-use super::{filter_view, resize_box, with_crate};
+use super::{Job, resize_box};
 use crate::test_images::pattern;
 use crate::{Edges, RgbView};
 use std::time::Instant;
@@ -25,13 +25,13 @@ fn bench_resize_box_against_the_crate() {
         let data = pattern(height, width);
         let src = RgbView { height, width, data: &data };
         let crop = [20.5, 10.25, side as f64, side as f64 - 0.5];
-        let (view, within) = filter_view(src, crop, Edges::Box);
+        let job = Job::of_box(src, crop, Edges::Box, 224, 224);
         let mut out = vec![0u8; 224 * 224 * 3];
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let started = Instant::now();
             for _ in 0..IMAGES {
-                with_crate(src, view, within, 224, 224, &mut out).unwrap();
+                job.with_crate(&mut out).unwrap();
             }
             theirs.push(started.elapsed().as_secs_f64());
             let started = Instant::now();
