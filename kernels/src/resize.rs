@@ -8,15 +8,16 @@
 //! not depend on their order, so every implementation gives the same bytes as that crate's
 //! passes.
 //!
-//! The vertical pass, where the CPU has AVX-512 with VBMI and VNNI, takes two source rows at a
-//! time: one byte permute places each byte beside the byte below it as a 16-bit pair, and one
-//! fused multiply-add adds both taps' products.
+//! Where the CPU has AVX-512 with VBMI's byte permutes and VNNI's fused multiply-add of 16-bit
+//! pairs ([`vectors_available`]: Ice Lake, Sapphire Rapids, Zen 4):
+//! - the horizontal pass puts four output pixels in one 512-bit vector, a 128-bit lane each. A
+//!   masked load brings the up to 21 source pixels the four read, one byte permute per pair of
+//!   taps places each pixel's channels beside its neighbour's as 16-bit pairs, and one
+//!   multiply-add per pair of taps sums them with their weights. Sixteen output pixels are
+//!   packed to bytes and stored at once.
+//! - the vertical pass takes two source rows at a time: one byte permute places each byte
+//!   beside the byte below it as a 16-bit pair, and one multiply-add adds both taps' products.
 //!
-//! Where the CPU has AVX-512 with byte permutes (VBMI: Ice Lake, Sapphire Rapids, Zen 4), four
-//! output pixels take one 512-bit vector, a 128-bit lane each. A masked load brings the up to
-//! 21 source pixels the four read, one byte permute per pair of taps places each pixel's
-//! channels beside its neighbour's as 16-bit pairs, and one multiply-add per pair of taps sums
-//! them with their weights. Sixteen output pixels are packed to bytes and stored at once.
 //! Elsewhere, or when four neighbouring outputs reach over more than 21 source pixels (a
 //! shrink by more than about 4×), [`Horizontal::vectors`] is false: callers keep a pass of
 //! their own, and the passes go pixel by pixel.
@@ -86,6 +87,9 @@ impl Vertical {
             && (rows == 0 || (rows - 1) * stride + len <= src.len())
             && self.taps.len() * len <= dst.len();
         assert!(fits, "the vertical pass's rows do not fit its buffers");
+        if len == 0 {
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if vectors_available() {
             // SAFETY: the CPU has the features (checked just now); every tap reads a row

@@ -148,6 +148,15 @@ fn the_vertical_pass_gives_the_references_bytes_at_every_length_and_scale() {
 }
 
 #[test]
+fn a_vertical_pass_of_empty_rows_writes_nothing() {
+    let mut pass = Vertical::default();
+    pass.bilinear(10, 0.0, 10.0, 4);
+    let mut dst = [7u8; 8];
+    pass.run(&[1; 40], 4, 0, &mut dst);
+    assert_eq!(dst, [7; 8]);
+}
+
+#[test]
 #[should_panic(expected = "do not fit")]
 fn a_vertical_pass_over_too_few_rows_is_refused() {
     let mut pass = Vertical::default();
