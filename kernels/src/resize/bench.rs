@@ -40,3 +40,42 @@ fn bench_resize_horizontal_vectors_against_pixels() {
         );
     }
 }
+
+/// The taps of both axes for a batch of random crops, against the crate's form of them
+/// ([`super::taps`]' reference: a push a weight and libm's rounding).
+#[test]
+#[ignore = "a benchmark: prints figures, asserts none"]
+fn bench_resize_taps_against_the_crates_form() {
+    use super::taps::{Taps, reference};
+    // Crops of an image 448 pixels across after the DCT scaling: 150 to 448 pixels to 224.
+    let boxes: Vec<(f64, f64)> = (0..IMAGES)
+        .map(|i| {
+            let start = (i * 37 % 97) as f64 * 0.73;
+            (start, start + 150.0 + (i * 53 % 113) as f64 * 2.6)
+        })
+        .collect();
+    let mut taps = Taps::default();
+    let mut crates = Taps::default();
+    let (slow, fast) = alternate(
+        || {
+            for &(a, b) in &boxes {
+                for _axis in 0..2 {
+                    reference::bilinear(&mut crates, 448, a, b, SIDE);
+                }
+            }
+        },
+        || {
+            for &(a, b) in &boxes {
+                for _axis in 0..2 {
+                    taps.bilinear(448, a, b, SIDE);
+                }
+            }
+        },
+    );
+    println!(
+        "resize taps, both axes of a crop → {SIDE}: the crate's form {:.1} µs/image, ours {:.1} µs/image: {:.2}× the crate's form",
+        per_image(slow),
+        per_image(fast),
+        slow / fast
+    );
+}
