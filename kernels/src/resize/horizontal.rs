@@ -3,9 +3,9 @@
 
 use super::Taps;
 use std::arch::x86_64::{
-    __m512i, _mm_cvtsi32_si128, _mm512_dpwssd_epi32, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
-    _mm512_maskz_loadu_epi8, _mm512_packs_epi32, _mm512_packus_epi16, _mm512_permutexvar_epi8,
-    _mm512_set1_epi32, _mm512_sra_epi32,
+    __m512i, _mm_cvtsi32_si128, _mm512_dpwssd_epi32, _mm512_load_si512, _mm512_loadu_si512,
+    _mm512_mask_storeu_epi8, _mm512_maskz_loadu_epi8, _mm512_packs_epi32, _mm512_packus_epi16,
+    _mm512_permutexvar_epi8, _mm512_set1_epi32, _mm512_sra_epi32,
 };
 
 /// Output pixels of a vector.
@@ -33,6 +33,12 @@ const COMPACT: [u8; 64] = {
     index
 };
 
+/// One 64-byte line of a table, aligned to a cache line, so that each of the kernel's 64-byte
+/// loads from a table reads one line, not two.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Line<T>(T);
+
 /// The kernel's tables for one set of taps.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Tables {
@@ -46,10 +52,10 @@ pub(super) struct Tables {
     outputs: usize,
     /// Per vector and tap pair: the byte permute placing each output's two source pixels as
     /// 16-bit pairs (red, red, green, green, blue, blue, then two zero slots), 64 bytes.
-    index: Vec<u8>,
+    index: Vec<Line<[u8; 64]>>,
     /// Per vector and tap pair: each output's two weights, as the 16-bit pair of each of its
     /// three channels' 32-bit lanes (the fourth lane zero).
-    weights: Vec<i32>,
+    weights: Vec<Line<[i32; 16]>>,
 }
 
 impl Tables {
@@ -65,8 +71,8 @@ impl Tables {
         if pairs == 0 || taps.precision() == 0 {
             return false;
         }
-        self.index.resize(vectors * pairs * 64, ZERO);
-        self.weights.resize(vectors * pairs * 16, 0);
+        self.index.resize(vectors * pairs, Line([ZERO; 64]));
+        self.weights.resize(vectors * pairs, Line([0; 16]));
         for v in 0..vectors {
             let members = v * GROUP..((v + 1) * GROUP).min(outputs);
             let reads = members.clone().map(|i| taps.of(i)).filter(|(_, w)| !w.is_empty());
@@ -80,11 +86,10 @@ impl Tables {
                 let (start, w) = taps.of(i);
                 for (k, &weight) in w.iter().enumerate() {
                     let (pair, second) = (k / 2, k % 2);
-                    let at = (v * pairs + pair) * 64 + 16 * j;
+                    let line = v * pairs + pair;
                     for c in 0..3 {
-                        self.index[at + 4 * c + 2 * second] = (3 * (start + k - base) + c) as u8;
-                        let lane = &mut self.weights[(v * pairs + pair) * 16 + 4 * j + c];
-                        *lane |= i32::from(weight as u16) << (16 * second);
+                        self.index[line].0[16 * j + 4 * c + 2 * second] = (3 * (start + k - base) + c) as u8;
+                        self.weights[line].0[4 * j + c] |= i32::from(weight as u16) << (16 * second);
                     }
                 }
             }
@@ -117,42 +122,77 @@ impl Tables {
     /// As [`Tables::run`]'s.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
     unsafe fn rows<const PAIRS: usize>(&self, taps: &Taps, src: &[u8], dst: &mut [u8], rows: usize) {
-        let pairs = if PAIRS == 0 { self.pairs } else { PAIRS };
         let (src_row, dst_row) = (taps.source_width() * 3, taps.len() * 3);
+        // Rows from which every vector may load all of its 63 bytes without leaving `src` (the
+        // bytes past its own outputs' pixels are of the next row, and no permute takes them):
+        // one mask for every load, set once, where each vector's own mask takes an instruction
+        // on the permutes' port. The last rows load with their own masks.
+        let farthest = self.sources.iter().map(|&(offset, _)| offset).max().unwrap_or(0) + ZERO as usize;
+        let whole = match src.len().checked_sub(farthest) {
+            Some(room) if src_row > 0 => (room / src_row + 1).min(rows),
+            Some(_) => rows,
+            None => 0,
+        };
+        for r in 0..rows {
+            // SAFETY: row `r` is inside both (the contract); the first `whole` rows' loads of
+            // 63 bytes stay inside `src` (just computed).
+            unsafe {
+                let (from, to) = (src.as_ptr().add(r * src_row), dst.as_mut_ptr().add(r * dst_row));
+                if r < whole {
+                    self.row::<PAIRS, true>(taps, from, to)
+                } else {
+                    self.row::<PAIRS, false>(taps, from, to)
+                }
+            }
+        }
+    }
+
+    /// One row of [`Tables::rows`], from `from` to `to`: with `WHOLE`, every vector loads 63
+    /// bytes; otherwise only those its outputs read.
+    ///
+    /// # Safety
+    /// As [`Tables::run`]'s, for the row at `from` and `to`; with `WHOLE`, the 63 bytes from each
+    /// vector's first source byte are inside the source.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+    unsafe fn row<const PAIRS: usize, const WHOLE: bool>(&self, taps: &Taps, from: *const u8, to: *mut u8) {
+        let pairs = if PAIRS == 0 { self.pairs } else { PAIRS };
         let half = _mm512_set1_epi32((1i32 << taps.precision()) >> 1);
         let shift = _mm_cvtsi32_si128(taps.precision() as i32);
         // SAFETY (loads and stores below): the tables hold `pairs` entries of 64 bytes for each
         // of `sources`; each source load is masked to the bytes the vector's outputs read, which
-        // `prepare` found inside the row; each store is masked to the outputs the row holds.
+        // `prepare` found inside the row (or with `WHOLE` to 63 bytes the caller found inside the
+        // source); each store is masked to the outputs the row holds.
         let compact = unsafe { _mm512_loadu_si512(COMPACT.as_ptr().cast()) };
         let (index, weights) = (self.index.as_ptr(), self.weights.as_ptr());
-        for r in 0..rows {
-            let from = unsafe { src.as_ptr().add(r * src_row) };
-            let to = unsafe { dst.as_mut_ptr().add(r * dst_row) };
-            for (b, block) in self.sources.chunks_exact(BLOCK).enumerate() {
-                let mut sums = [half; BLOCK];
-                for (k, (sum, &(offset, load))) in sums.iter_mut().zip(block).enumerate() {
-                    let pixels = unsafe { _mm512_maskz_loadu_epi8(load, from.add(offset).cast()) };
-                    let first = (b * BLOCK + k) * pairs;
-                    for pair in first..first + pairs {
-                        let index = unsafe { _mm512_loadu_si512(index.add(pair * 64).cast()) };
-                        let weights = unsafe { _mm512_loadu_si512(weights.add(pair * 16).cast()) };
-                        let values = _mm512_permutexvar_epi8(index, pixels);
-                        *sum = _mm512_dpwssd_epi32(*sum, values, weights);
-                    }
+        let full_blocks = self.outputs / (GROUP * BLOCK);
+        for (b, block) in self.sources.chunks_exact(BLOCK).enumerate() {
+            let mut sums = [half; BLOCK];
+            for (k, (sum, &(offset, load))) in sums.iter_mut().zip(block).enumerate() {
+                let load = if WHOLE { u64::MAX >> 1 } else { load };
+                let pixels = unsafe { _mm512_maskz_loadu_epi8(load, from.add(offset).cast()) };
+                let first = (b * BLOCK + k) * pairs;
+                for pair in first..first + pairs {
+                    let index = unsafe { _mm512_load_si512(index.add(pair).cast()) };
+                    let weights = unsafe { _mm512_load_si512(weights.add(pair).cast()) };
+                    let values = _mm512_permutexvar_epi8(index, pixels);
+                    *sum = _mm512_dpwssd_epi32(*sum, values, weights);
                 }
-                let [a, b4, c, d]: [__m512i; BLOCK] = sums.map(|s| _mm512_sra_epi32(s, shift));
-                let bytes = _mm512_packus_epi16(_mm512_packs_epi32(a, b4), _mm512_packs_epi32(c, d));
-                let outputs = (self.outputs - b * GROUP * BLOCK).min(GROUP * BLOCK);
-                let keep = u64::MAX >> (64 - 3 * outputs);
-                unsafe {
-                    _mm512_mask_storeu_epi8(
-                        to.add(b * GROUP * BLOCK * 3).cast(),
-                        keep,
-                        _mm512_permutexvar_epi8(compact, bytes),
-                    )
-                };
             }
+            let [a, b4, c, d]: [__m512i; BLOCK] = sums.map(|s| _mm512_sra_epi32(s, shift));
+            let bytes = _mm512_packus_epi16(_mm512_packs_epi32(a, b4), _mm512_packs_epi32(c, d));
+            let keep = if b < full_blocks {
+                u64::MAX >> 16
+            } else {
+                u64::MAX >> (64 - 3 * (self.outputs - b * GROUP * BLOCK))
+            };
+            unsafe {
+                _mm512_mask_storeu_epi8(
+                    to.add(b * GROUP * BLOCK * 3).cast(),
+                    keep,
+                    _mm512_permutexvar_epi8(compact, bytes),
+                )
+            };
         }
     }
 }
