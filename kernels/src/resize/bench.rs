@@ -1,10 +1,10 @@
-//! The horizontal pass's vector kernel against the same pass pixel by pixel, in the same run,
-//! on 224 rows of an ImageNet-sized crop at three scales. As in the resize, the pass reads what
-//! the vertical pass just wrote and writes a buffer reused image after image: both stay in the
-//! caches, so one image is resampled again and again.
+//! Each pass's vector kernel against the same pass byte by byte, in the same run, on an
+//! ImageNet-sized crop at three scales, and the taps against the crate's form of them. As in the
+//! resize, the passes read a window just decoded or just resampled and write a buffer reused
+//! image after image: both stay in the caches, so one image is resampled again and again.
 //! Run: `cargo nextest run --release -p granary-kernels --run-ignored only -E 'test(bench_)' --no-capture`.
 
-use super::Horizontal;
+use super::{Horizontal, Vertical};
 use crate::benchmark::{IMAGES, SIDE, alternate, per_image, pixels};
 
 #[test]
@@ -78,4 +78,41 @@ fn bench_resize_taps_against_the_crates_form() {
         per_image(fast),
         slow / fast
     );
+}
+
+#[test]
+#[ignore = "a benchmark: prints figures, asserts none"]
+fn bench_resize_vertical_vectors_against_bytes() {
+    let source = pixels();
+    // Crops that the DCT scaling left 224 to 300 rows high, their rows 240 pixels wide.
+    let len = 240 * 3;
+    for height in [224, 256, 300] {
+        let mut pass = Vertical::default();
+        pass.bilinear(height, 0.0, height as f64, SIDE);
+        if !super::vectors_available() {
+            println!("resize vertical {height} → {SIDE}: this CPU has no AVX-512 VBMI, nothing to compare");
+            return;
+        }
+        let window = &source[..height * len];
+        let out = std::cell::RefCell::new(vec![0u8; SIDE * len]);
+        let taps = pass.taps().clone();
+        let (slow, fast) = alternate(
+            || {
+                for _ in 0..IMAGES / 8 {
+                    std::hint::black_box(super::tests::vertical_reference(&taps, window, len, len));
+                }
+            },
+            || {
+                for _ in 0..IMAGES / 8 {
+                    pass.run(window, len, len, &mut out.borrow_mut());
+                }
+            },
+        );
+        println!(
+            "resize vertical {height} → {SIDE} rows ({len} bytes each): byte by byte {:.1} µs/image, vectors {:.1} µs/image: {:.2}× byte by byte",
+            per_image(slow) * 8.0,
+            per_image(fast) * 8.0,
+            slow / fast
+        );
+    }
 }

@@ -100,7 +100,7 @@ fn empty_and_degenerate_boxes_resample_nothing() {
 }
 
 /// The vertical pass byte by byte, written out here as the reference.
-fn vertical_reference(taps: &Taps, src: &[u8], stride: usize, len: usize) -> Vec<u8> {
+pub(super) fn vertical_reference(taps: &Taps, src: &[u8], stride: usize, len: usize) -> Vec<u8> {
     let half = (1i32 << taps.precision()) >> 1;
     let mut out = Vec::new();
     for y in 0..taps.len() {

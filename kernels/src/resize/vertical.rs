@@ -6,7 +6,7 @@
 
 use super::Taps;
 use std::arch::x86_64::{
-    __m512i, _mm_cvtsi32_si128, _mm512_dpwssd_epi32, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
+    __m128i, __m512i, _mm_cvtsi32_si128, _mm512_dpwssd_epi32, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
     _mm512_maskz_loadu_epi8, _mm512_maskz_permutex2var_epi8, _mm512_packs_epi32, _mm512_packus_epi16,
     _mm512_permutexvar_epi32, _mm512_set1_epi32, _mm512_sra_epi32, _mm512_storeu_si512,
 };
@@ -66,48 +66,75 @@ pub(super) unsafe fn run(taps: &Taps, pairs: &[i32], src: &[u8], stride: usize, 
     for y in 0..taps.len() {
         let (start, weights) = taps.of(y);
         let row_pairs = &pairs[y * per_row..][..weights.len().div_ceil(2)];
-        // SAFETY: row `y` of `dst` is inside it.
+        // SAFETY: the rows `start + 2t` and (when weighted) `start + 2t + 1` are inside `src`,
+        // and row `y` of `dst` inside `dst` (the contract). A lone last tap pairs with its own
+        // row, weighted zero.
+        let rows = row_pairs.iter().enumerate().map(|(t, &pair)| unsafe {
+            let top = src.as_ptr().add((start + 2 * t) * stride);
+            (top, if 2 * t + 1 < weights.len() { top.add(stride) } else { top }, pair)
+        });
         let out = unsafe { dst.as_mut_ptr().add(y * len) };
+        // Whole 64-byte steps with plain loads and stores (no mask to set on the permutes'
+        // port), then the rest masked to the row.
         let mut x = 0;
-        // Whole 64-byte steps with plain loads and stores, then the rest masked to the row.
-        while x < len {
-            let mask = if x + 64 <= len { u64::MAX } else { tail_mask };
-            let mut sums = [half; 4];
-            for (t, &pair) in row_pairs.iter().enumerate() {
-                let w = _mm512_set1_epi32(pair);
-                // SAFETY: the rows `start + 2t` and (when weighted) `start + 2t + 1` are inside
-                // `src` (the contract); the loads are masked to the `len − x` bytes left of the
-                // row. A lone last tap pairs with its own row, weighted zero.
-                let top_row = unsafe { src.as_ptr().add((start + 2 * t) * stride + x) };
-                let bottom_row =
-                    if 2 * t + 1 < weights.len() { unsafe { top_row.add(stride) } } else { top_row };
-                let (a, b) = unsafe {
-                    (
-                        _mm512_maskz_loadu_epi8(mask, top_row.cast()),
-                        _mm512_maskz_loadu_epi8(mask, bottom_row.cast()),
-                    )
-                };
-                for (sum, index) in sums.iter_mut().zip(permutes) {
-                    *sum = _mm512_dpwssd_epi32(*sum, _mm512_maskz_permutex2var_epi8(VALUES, a, index, b), w);
-                }
-            }
-            let [a, b, c, d]: [__m512i; 4] = sums.map(|s| _mm512_sra_epi32(s, shift));
-            let bytes = _mm512_permutexvar_epi32(
-                order,
-                _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d)),
-            );
-            // SAFETY: the output row holds `len − x` more bytes; the store is masked to them
-            // when under 64.
+        while x + 64 <= len {
+            // SAFETY: 64 bytes from `x` are inside each row and the output row.
             unsafe {
-                if mask == u64::MAX {
-                    _mm512_storeu_si512(out.add(x).cast(), bytes);
-                } else {
-                    _mm512_mask_storeu_epi8(out.add(x).cast(), mask, bytes);
-                }
+                let sums = step::<false>(rows.clone(), x, u64::MAX, half, &permutes);
+                _mm512_storeu_si512(out.add(x).cast(), pack(sums, shift, order));
             }
             x += 64;
         }
+        if tail > 0 {
+            // SAFETY: the loads and the store are masked to the `tail` bytes left of the rows.
+            unsafe {
+                let sums = step::<true>(rows, x, tail_mask, half, &permutes);
+                _mm512_mask_storeu_epi8(out.add(x).cast(), tail_mask, pack(sums, shift, order));
+            }
+        }
     }
+}
+
+/// The four vectors of sixteen 32-bit sums of one step of 64 output bytes from byte `x`: for
+/// each pair of rows (and its weights), the 64 bytes from `x` of each, or with `MASKED` the
+/// bytes of `mask`.
+///
+/// # Safety
+/// As [`run`]'s, and the bytes loaded are inside the rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
+unsafe fn step<const MASKED: bool>(
+    rows: impl Iterator<Item = (*const u8, *const u8, i32)>,
+    x: usize,
+    mask: u64,
+    half: __m512i,
+    permutes: &[__m512i; 4],
+) -> [__m512i; 4] {
+    let mut sums = [half; 4];
+    for (top, bottom, pair) in rows {
+        let w = _mm512_set1_epi32(pair);
+        // SAFETY: the caller's.
+        let (a, b) = unsafe {
+            let (top, bottom) = (top.add(x).cast(), bottom.add(x).cast());
+            if MASKED {
+                (_mm512_maskz_loadu_epi8(mask, top), _mm512_maskz_loadu_epi8(mask, bottom))
+            } else {
+                (_mm512_loadu_si512(top.cast()), _mm512_loadu_si512(bottom.cast()))
+            }
+        };
+        for (sum, &index) in sums.iter_mut().zip(permutes) {
+            *sum = _mm512_dpwssd_epi32(*sum, _mm512_maskz_permutex2var_epi8(VALUES, a, index, b), w);
+        }
+    }
+    sums
+}
+
+/// The step's sums, shifted, saturated to bytes and back in the output's order.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn pack(sums: [__m512i; 4], shift: __m128i, order: __m512i) -> __m512i {
+    let [a, b, c, d] = [0, 1, 2, 3].map(|i| _mm512_sra_epi32(sums[i], shift));
+    _mm512_permutexvar_epi32(order, _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d)))
 }
 
 #[cfg(test)]
