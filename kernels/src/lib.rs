@@ -8,8 +8,9 @@
 //!   time where the CPU has SSSE3).
 //! - `planes`: `uint8` RGB rows split into three planes (the CHW layout), optionally mirrored
 //!   (sixteen pixels at a time where the CPU has SSSE3).
-//! - `resize`: the horizontal pass of a bilinear, antialiased resize of RGB rows, with the taps
-//!   and bytes of `fast_image_resize` (four outputs to a vector where the CPU has AVX-512 VBMI).
+//! - `resize`: both passes of a bilinear, antialiased resize of RGB rows and the taps they use,
+//!   with the taps and bytes of `fast_image_resize` (where the CPU has AVX-512 VBMI and VNNI,
+//!   four output pixels to a vector across, two source rows at a time down).
 
 pub mod mirror;
 pub mod normalize;
