@@ -9,8 +9,9 @@
 //! - `planes`: `uint8` RGB rows split into three planes (the CHW layout), optionally mirrored
 //!   (sixteen pixels at a time where the CPU has SSSE3).
 //! - `resize`: both passes of a bilinear, antialiased resize of RGB rows and the taps they use,
-//!   with the taps and bytes of `fast_image_resize` (where the CPU has AVX-512 VBMI and VNNI,
-//!   four output pixels to a vector across, two source rows at a time down).
+//!   with the taps and bytes of `fast_image_resize` (two source rows at a time down, and four
+//!   output pixels to a vector across where the CPU has AVX-512 VBMI and VNNI, two where it has
+//!   AVX2).
 
 pub mod mirror;
 pub mod normalize;

@@ -8,8 +8,9 @@
 //! not depend on their order, so every implementation gives the same bytes as that crate's
 //! passes.
 //!
-//! Where the CPU has AVX-512 with VBMI's byte permutes and VNNI's fused multiply-add of 16-bit
-//! pairs ([`vectors_available`]: Ice Lake, Sapphire Rapids, Zen 4):
+//! Each pass takes the widest [`Kernels`] the CPU runs ([`Kernels::best`]). Where the CPU has
+//! AVX-512 with VBMI's byte permutes and VNNI's fused multiply-add of 16-bit pairs (Ice Lake,
+//! Sapphire Rapids, Zen 4):
 //! - the horizontal pass puts four output pixels in one 512-bit vector, a 128-bit lane each. A
 //!   masked load brings the up to 21 source pixels the four read, one byte permute per pair of
 //!   taps places each pixel's channels beside its neighbour's as 16-bit pairs, and one
@@ -18,31 +19,65 @@
 //! - the vertical pass takes two source rows at a time: one byte permute places each byte
 //!   beside the byte below it as a 16-bit pair, and one multiply-add adds both taps' products.
 //!
-//! Elsewhere, or when four neighbouring outputs reach over more than 21 source pixels (a
-//! shrink by more than about 4×), [`Horizontal::vectors`] is false: callers keep a pass of
-//! their own, and the passes go pixel by pixel.
+//! Where it has AVX2 only (Haswell, Zen 1–3):
+//! - the horizontal pass puts two output pixels in a 256-bit vector, a lane each loading the 16
+//!   bytes from its own first pixel; one in-lane byte shuffle per pair of taps (the same for
+//!   every output) makes the 16-bit pairs, and `vpmaddwd` weighs them. Eight outputs are packed
+//!   and stored together.
+//! - the vertical pass interleaves two rows' bytes, then each with zeros, into 16-bit pairs
+//!   for `vpmaddwd`, 32 bytes a step.
+//!
+//! Elsewhere, or when outputs reach too far for the kernel (four neighbouring outputs over 21
+//! source pixels with AVX-512, one output over 5 with AVX2: a shrink by more than about 4× or
+//! 2×), [`Horizontal::vectors`] is false: callers keep a pass of their own, and the passes go
+//! pixel by pixel.
 
 #[cfg(target_arch = "x86_64")]
 mod horizontal;
+#[cfg(target_arch = "x86_64")]
+mod horizontal_avx2;
 mod taps;
 #[cfg(target_arch = "x86_64")]
 mod vertical;
+#[cfg(target_arch = "x86_64")]
+mod vertical_avx2;
 
 pub use taps::Taps;
 
-/// Whether this CPU has what the vector passes use: AVX-512 F and BW, VBMI's byte permutes and
-/// VNNI's fused multiply-add of 16-bit pairs (Ice Lake, Sapphire Rapids, Zen 4 and later).
-pub fn vectors_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vbmi")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+/// The kernels a pass runs on, from the plainest to the widest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kernels {
+    /// Byte by byte: any CPU.
+    #[default]
+    Bytes,
+    /// AVX2 (Haswell, Zen and later): two output pixels to a vector across, 32 bytes a step
+    /// down.
+    Avx2,
+    /// AVX-512 F and BW with VBMI's byte permutes and VNNI's fused multiply-add of 16-bit pairs
+    /// (Ice Lake, Sapphire Rapids, Zen 4 and later): four output pixels to a vector across, 64
+    /// bytes a step down.
+    Avx512,
 }
+
+impl Kernels {
+    /// The widest kernels this CPU runs.
+    pub fn best() -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vbmi") && has!("avx512vnni") {
+                return Kernels::Avx512;
+            }
+            if has!("avx2") {
+                return Kernels::Avx2;
+            }
+        }
+        Kernels::Bytes
+    }
+}
+
+/// The shortest rows (in bytes) the AVX2 vertical pass takes: one step of it.
+const AVX2_ROWS: usize = 32;
 
 /// The vertical pass of one resize: rows of any length (in bytes) resampled from source rows.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +87,8 @@ pub struct Vertical {
     /// halved and rounded up for every row, a lone last weight paired with zero: what the
     /// vector pass broadcasts.
     pairs: Vec<i32>,
+    /// The widest kernels the pass may take (`None`: this CPU's best).
+    limit: Option<Kernels>,
 }
 
 impl Vertical {
@@ -74,6 +111,19 @@ impl Vertical {
         &self.taps
     }
 
+    /// Keeps the pass to `kernels` or plainer (to compare kernels on one CPU).
+    pub fn limit(&mut self, kernels: Kernels) {
+        self.limit = Some(kernels);
+    }
+
+    /// The kernels [`Vertical::run`] takes for rows of `len` bytes.
+    pub fn kernels(&self, len: usize) -> Kernels {
+        match self.limit.unwrap_or_else(Kernels::best).min(Kernels::best()) {
+            Kernels::Avx2 if len < AVX2_ROWS => Kernels::Bytes,
+            kernels => kernels,
+        }
+    }
+
     /// Resamples rows of `len` bytes: source row `i` (from [`Taps::first`]) at `src[i ×
     /// stride..][..len]`, output row `y` at `dst[y × len..][..len]`, for the [`Taps::len`]
     /// output rows.
@@ -90,12 +140,19 @@ impl Vertical {
         if len == 0 {
             return;
         }
+        // SAFETY (both kernels): the CPU has their features (`kernels` takes no more than
+        // `Kernels::best`), and the AVX2 one rows of `STEP` bytes or more; every tap reads a row
+        // below `source_width`, inside `src`, and the output rows are inside `dst` (asserted
+        // above).
         #[cfg(target_arch = "x86_64")]
-        if vectors_available() {
-            // SAFETY: the CPU has the features (checked just now); every tap reads a row
-            // below `source_width`, inside `src`, and the output rows are inside `dst`
-            // (asserted above).
-            return unsafe { vertical::run(&self.taps, &self.pairs, src, stride, len, dst) };
+        match self.kernels(len) {
+            Kernels::Avx512 => {
+                return unsafe { vertical::run(&self.taps, &self.pairs, src, stride, len, dst) };
+            }
+            Kernels::Avx2 => {
+                return unsafe { vertical_avx2::run(&self.taps, &self.pairs, src, stride, len, dst) };
+            }
+            Kernels::Bytes => {}
         }
         let half = (1i32 << self.taps.precision()) >> 1;
         for (y, out) in dst.chunks_exact_mut(len.max(1)).take(self.taps.len()).enumerate() {
@@ -115,10 +172,14 @@ impl Vertical {
 #[derive(Clone, Debug, Default)]
 pub struct Horizontal {
     taps: Taps,
-    /// Whether the vector kernel runs these taps on this CPU.
-    vectors: bool,
+    /// The kernels that run these taps on this CPU.
+    kernels: Kernels,
+    /// The widest kernels the pass may take (`None`: this CPU's best).
+    limit: Option<Kernels>,
     #[cfg(target_arch = "x86_64")]
     tables: horizontal::Tables,
+    #[cfg(target_arch = "x86_64")]
+    tables_avx2: horizontal_avx2::Tables,
 }
 
 impl Horizontal {
@@ -126,11 +187,27 @@ impl Horizontal {
     /// to `out_size` pixels, reusing this value's buffers.
     pub fn bilinear(&mut self, in_size: usize, in0: f64, in1: f64, out_size: usize) {
         self.taps.bilinear(in_size, in0, in1, out_size);
-        self.vectors = false;
+        self.kernels = Kernels::Bytes;
         #[cfg(target_arch = "x86_64")]
-        if vectors_available() {
-            self.vectors = self.tables.prepare(&self.taps);
+        {
+            let widest = self.limit.unwrap_or_else(Kernels::best).min(Kernels::best());
+            if widest == Kernels::Avx512 && self.tables.prepare(&self.taps) {
+                self.kernels = Kernels::Avx512;
+            } else if widest >= Kernels::Avx2 && self.tables_avx2.prepare(&self.taps) {
+                self.kernels = Kernels::Avx2;
+            }
         }
+    }
+
+    /// Keeps the pass to `kernels` or plainer from the next [`Horizontal::bilinear`] (to
+    /// compare kernels on one CPU).
+    pub fn limit(&mut self, kernels: Kernels) {
+        self.limit = Some(kernels);
+    }
+
+    /// The kernels [`Horizontal::run`] takes for these taps.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
     }
 
     /// The taps in effect.
@@ -138,10 +215,10 @@ impl Horizontal {
         &self.taps
     }
 
-    /// Whether [`Horizontal::run`] takes the vector kernel: false on CPUs without AVX-512 VBMI
-    /// and for taps that reach too far (see the module's doc).
+    /// Whether [`Horizontal::run`] takes a vector kernel: false on CPUs without AVX2 and for
+    /// taps that reach too far (see the module's doc).
     pub fn vectors(&self) -> bool {
-        self.vectors
+        self.kernels != Kernels::Bytes
     }
 
     /// Resamples each row of `src` (RGB rows of [`Taps::source_width`] pixels, from column
@@ -154,11 +231,13 @@ impl Horizontal {
             return;
         }
         let rows = (src.len() / src_row).min(dst.len() / dst_row);
+        // SAFETY (both kernels): `kernels` is only set to kernels the CPU has, whose tables
+        // were prepared for these taps; `rows` whole rows fit in both buffers.
         #[cfg(target_arch = "x86_64")]
-        if self.vectors {
-            // SAFETY: `vectors` is only set where `vectors_available()` held, for these taps'
-            // tables; `rows` whole rows fit in both buffers.
-            return unsafe { self.tables.run(&self.taps, src, dst, rows) };
+        match self.kernels {
+            Kernels::Avx512 => return unsafe { self.tables.run(&self.taps, src, dst, rows) },
+            Kernels::Avx2 => return unsafe { self.tables_avx2.run(&self.taps, src, dst, rows) },
+            Kernels::Bytes => {}
         }
         for (src, dst) in src.chunks_exact(src_row).zip(dst.chunks_exact_mut(dst_row)).take(rows) {
             self.taps.resample_row(src, dst);

@@ -101,7 +101,7 @@ impl Tables {
     /// says).
     ///
     /// # Safety
-    /// The CPU has what [`super::vectors_available`] checks, the tables were prepared
+    /// The CPU has what [`super::Kernels::Avx512`] needs, the tables were prepared
     /// (successfully) from `taps`, and `rows` whole rows fit in both `src` and `dst`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vnni")]
     pub(super) unsafe fn run(&self, taps: &Taps, src: &[u8], dst: &mut [u8], rows: usize) {

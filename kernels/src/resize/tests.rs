@@ -13,10 +13,23 @@ fn pixels(rows: usize, width: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// The pass over `rows` rows of a `width`-pixel image, the box `in0..in1` to `out` pixels: the
-/// kernel's bytes and the pixel-by-pixel reference's.
-fn both(width: usize, in0: f64, in1: f64, out: usize, rows: usize) -> (Horizontal, Vec<u8>, Vec<u8>) {
+/// Every kernel this CPU runs, the widest first.
+fn every_kernel() -> impl Iterator<Item = Kernels> {
+    [Kernels::Avx512, Kernels::Avx2, Kernels::Bytes].into_iter().filter(|&k| k <= Kernels::best())
+}
+
+/// The pass (up to `kernels`) over `rows` rows of a `width`-pixel image, the box `in0..in1` to
+/// `out` pixels: the kernel's bytes and the pixel-by-pixel reference's.
+fn both(
+    kernels: Kernels,
+    width: usize,
+    in0: f64,
+    in1: f64,
+    out: usize,
+    rows: usize,
+) -> (Horizontal, Vec<u8>, Vec<u8>) {
     let mut pass = Horizontal::default();
+    pass.limit(kernels);
     pass.bilinear(width, in0, in1, out);
     let image = pixels(rows, width, (width * 31 + out) as u64);
     let taps = pass.taps();
@@ -34,30 +47,32 @@ fn both(width: usize, in0: f64, in1: f64, out: usize, rows: usize) -> (Horizonta
 }
 
 #[test]
-fn the_kernel_gives_the_references_bytes_shrinking_enlarging_and_at_every_remainder() {
-    let mut vector_cases = 0;
-    for (width, in0, in1, out) in [
-        (300, 0.0, 300.0, 224),
-        (500, 37.25, 411.5, 224),
-        (224, 0.0, 224.0, 224),
-        (120, 3.5, 110.25, 224),
-        (40, 0.0, 40.0, 224),
-        (448, 0.0, 448.0, 224),
-        (640, 10.0, 630.0, 160),
-        (90, 1.0, 89.0, 17),
-        (33, 0.0, 33.0, 1),
-        (1000, 0.0, 1000.0, 224),
-    ] {
-        for out in [out, out + 1, out + 3, out + 13] {
-            for rows in [1, 3] {
-                let (pass, got, expected) = both(width, in0, in1, out, rows);
-                assert_eq!(got, expected, "{width} px, {in0}..{in1} → {out}, {rows} rows");
-                vector_cases += usize::from(pass.vectors());
+fn each_kernel_gives_the_references_bytes_shrinking_enlarging_and_at_every_remainder() {
+    for kernels in every_kernel() {
+        let mut cases = 0;
+        for (width, in0, in1, out) in [
+            (300, 0.0, 300.0, 224),
+            (500, 37.25, 411.5, 224),
+            (224, 0.0, 224.0, 224),
+            (120, 3.5, 110.25, 224),
+            (40, 0.0, 40.0, 224),
+            (448, 0.0, 448.0, 224),
+            (640, 10.0, 630.0, 160),
+            (90, 1.0, 89.0, 17),
+            (33, 0.0, 33.0, 1),
+            (1000, 0.0, 1000.0, 224),
+            (12, 0.0, 12.0, 7),
+            (6, 0.25, 5.5, 3),
+        ] {
+            for out in [out, out + 1, out + 3, out + 13] {
+                for rows in [1, 3] {
+                    let (pass, got, expected) = both(kernels, width, in0, in1, out, rows);
+                    assert_eq!(got, expected, "{kernels:?}: {width} px, {in0}..{in1} → {out}, {rows} rows");
+                    cases += usize::from(pass.kernels() == kernels);
+                }
             }
         }
-    }
-    if vectors_available() {
-        assert!(vector_cases >= 30, "the kernel ran {vector_cases} of the cases");
+        assert!(cases >= 30, "{kernels:?} ran {cases} of the cases");
     }
 }
 
@@ -72,17 +87,20 @@ fn weights_sum_to_one_and_a_resize_to_the_same_size_copies() {
         let sum: i32 = taps.of(i).1.iter().map(|&w| i32::from(w)).sum();
         assert!((sum - one).abs() <= 2, "output {i}: {sum} against {one}");
     }
-    let (_, got, _) = both(64, 0.0, 64.0, 64, 2);
+    let (_, got, _) = both(Kernels::best(), 64, 0.0, 64.0, 64, 2);
     let image = pixels(2, 64, 64 * 31 + 64);
     assert_eq!(&got[..image.len()], image);
 }
 
 #[test]
 fn a_shrink_too_steep_for_the_vectors_runs_pixel_by_pixel_with_the_same_bytes() {
-    // Four neighbouring outputs of a 6× shrink read over 21 source pixels.
-    let (pass, got, expected) = both(1344, 0.0, 1344.0, 224, 2);
-    assert!(!pass.vectors());
-    assert_eq!(got, expected);
+    // Four neighbouring outputs of a 6× shrink read over 21 source pixels, and each output over
+    // 5.
+    for kernels in every_kernel() {
+        let (pass, got, expected) = both(kernels, 1344, 0.0, 1344.0, 224, 2);
+        assert!(!pass.vectors());
+        assert_eq!(got, expected);
+    }
 }
 
 #[test]
@@ -127,9 +145,12 @@ fn the_vertical_pass_gives_the_references_bytes_at_every_length_and_scale() {
         (1000, 2.0, 990.0, 100),
         (9, 0.0, 9.0, 9),
     ] {
-        for len in [1usize, 15, 16, 17, 63, 64, 65, 130, 672] {
+        for (kernels, len) in every_kernel()
+            .flat_map(|k| [1usize, 15, 16, 17, 31, 32, 33, 63, 64, 65, 130, 672].map(|len| (k, len)))
+        {
             let stride = len + 7;
             let mut pass = Vertical::default();
+            pass.limit(kernels);
             pass.bilinear(height, in0, in1, out);
             let taps = pass.taps().clone();
             let image = pixels(height, stride.div_ceil(3) + 1, (height * 7 + len) as u64);
@@ -140,7 +161,8 @@ fn the_vertical_pass_gives_the_references_bytes_at_every_length_and_scale() {
             assert_eq!(
                 got[..out * len],
                 vertical_reference(&taps, src, stride, len),
-                "{height} rows → {out}, {len} bytes"
+                "{kernels:?} ({:?}): {height} rows → {out}, {len} bytes",
+                pass.kernels(len)
             );
             assert_eq!(got[out * len..], [0xAB; 3], "nothing written past the output");
         }

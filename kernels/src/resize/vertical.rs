@@ -49,7 +49,7 @@ const ORDER: [u32; 16] = {
 /// Resamples the rows of `src` into `dst`, as [`super::Vertical::run`] says.
 ///
 /// # Safety
-/// The CPU has what [`super::vectors_available`] checks; for every output row `y` and each of
+/// The CPU has what [`super::Kernels::Avx512`] needs; for every output row `y` and each of
 /// its taps `t`, the `len` bytes from `(start_y + t) × stride` are inside `src`; `dst` holds
 /// `taps.len()` rows of `len` bytes; `pairs` holds each row's weights in pairs, `taps.most()`
 /// halved and rounded up to a row.
