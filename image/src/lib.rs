@@ -14,7 +14,7 @@
 //! - [`row`]: one image as it travels to a consumer that makes its pixels: the plan and the
 //!   JPEG, or the pixels the worker made.
 //! - [`resize`]: the bilinear, antialiased resize of a planned box or a whole region: by
-//!   `granary_kernels::resize` where the CPU has AVX-512 VBMI and VNNI, otherwise by
+//!   `granary_kernels::resize` where the CPU has AVX2 or AVX-512 VBMI and VNNI, otherwise by
 //!   `fast_image_resize`, every use of which lives here (its code is instantiated once). Both
 //!   give the same bytes.
 

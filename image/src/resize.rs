@@ -2,9 +2,9 @@
 //! `antialias=True` convolution), with `fast_image_resize`'s SIMD kernels.
 //!
 //! Like that crate, a box is resized in two passes, the vertical one first. Where the CPU has
-//! AVX-512 with VBMI and VNNI, both passes are `granary_kernels::resize`'s: the same taps and
-//! the same bytes, with four output pixels to a vector in the horizontal pass where the crate's
-//! AVX2 pass takes one.
+//! AVX2 or AVX-512 with VBMI and VNNI, both passes are `granary_kernels::resize`'s: the same
+//! taps and the same bytes, with two output pixels (AVX2) or four (AVX-512) to a vector in the
+//! horizontal pass where the crate's AVX2 pass takes one.
 
 use crate::window::Edges;
 use crate::{CropBox, RgbView};
@@ -18,6 +18,16 @@ thread_local! {
     /// The passes' taps and tables, and the vertical pass's output, which the horizontal reads.
     static PASSES: RefCell<(Vertical, Horizontal, Vec<u8>)> =
         RefCell::new((Vertical::default(), Horizontal::default(), Vec::new()));
+}
+
+/// Keeps this thread's resizes to `kernels` or plainer (to compare kernels on one CPU).
+#[cfg(test)]
+fn limit_kernels(kernels: granary_kernels::resize::Kernels) {
+    PASSES.with(|cell| {
+        let (vertical, across, _) = &mut *cell.borrow_mut();
+        vertical.limit(kernels);
+        across.limit(kernels);
+    });
 }
 
 /// Resizes the box `crop` (`[left, top, width, height]`, fractional) of `src` to
@@ -188,18 +198,37 @@ mod tests {
     use crate::test_images::pattern;
 
     /// `resize_box` against `fast_image_resize` doing both passes, on the same box.
-    fn against_crate(height: usize, width: usize, crop: [f64; 4], edges: Edges, rows: usize, cols: usize) {
+    fn against_crate(
+        kernels: granary_kernels::resize::Kernels,
+        height: usize,
+        width: usize,
+        crop: [f64; 4],
+        edges: Edges,
+        rows: usize,
+        cols: usize,
+    ) {
         let data = pattern(height, width);
         let src = RgbView { height, width, data: &data };
         let mut got = Vec::new();
         resize_box(src, crop, edges, rows, cols, &mut got).unwrap();
         let mut expected = vec![0; rows * cols * 3];
         Job::of_box(src, crop, edges, rows, cols).with_crate(&mut expected).unwrap();
-        assert_eq!(got, expected, "{width}×{height}, box {crop:?} ({edges:?}) → {cols}×{rows}");
+        assert_eq!(got, expected, "{kernels:?}: {width}×{height}, box {crop:?} ({edges:?}) → {cols}×{rows}");
     }
 
     #[test]
-    fn a_box_resized_gives_the_crates_bytes_at_every_scale_and_edge() {
+    fn a_box_resized_gives_the_crates_bytes_at_every_scale_and_edge_with_every_kernel() {
+        use granary_kernels::resize::Kernels;
+        for kernels in
+            [Kernels::Avx512, Kernels::Avx2, Kernels::Bytes].into_iter().filter(|&k| k <= Kernels::best())
+        {
+            limit_kernels(kernels);
+            boxes_against_the_crate(kernels);
+        }
+        limit_kernels(Kernels::best());
+    }
+
+    fn boxes_against_the_crate(kernels: granary_kernels::resize::Kernels) {
         for (height, width) in [(375, 500), (224, 224), (97, 131), (600, 1400)] {
             for [fl, ft, fw, fh] in [
                 [0.0, 0.0, 1.0, 1.0],
@@ -211,15 +240,15 @@ mod tests {
                 let crop = [fl * w + 0.37, ft * h + 0.11, fw * w - 0.5, fh * h - 0.2];
                 for edges in [Edges::Box, Edges::Image] {
                     for (rows, cols) in [(224, 224), (17, 40), (160, 256), (1, 3)] {
-                        against_crate(height, width, crop, edges, rows, cols);
+                        against_crate(kernels, height, width, crop, edges, rows, cols);
                     }
                 }
             }
         }
         // Whole pixels of the output's size: the crate copies, or runs one pass.
-        against_crate(50, 60, [5.0, 7.0, 32.0, 32.0], Edges::Box, 32, 32);
-        against_crate(50, 60, [5.0, 7.5, 32.0, 30.0], Edges::Image, 32, 32);
-        against_crate(50, 60, [5.5, 7.0, 31.0, 32.0], Edges::Box, 32, 32);
+        against_crate(kernels, 50, 60, [5.0, 7.0, 32.0, 32.0], Edges::Box, 32, 32);
+        against_crate(kernels, 50, 60, [5.0, 7.5, 32.0, 30.0], Edges::Image, 32, 32);
+        against_crate(kernels, 50, 60, [5.5, 7.0, 31.0, 32.0], Edges::Box, 32, 32);
     }
 
     #[test]
