@@ -42,6 +42,7 @@ mod vertical;
 #[cfg(target_arch = "x86_64")]
 mod vertical_avx2;
 
+use std::sync::OnceLock;
 pub use taps::Taps;
 
 /// The kernels a pass runs on, from the plainest to the widest.
@@ -60,8 +61,39 @@ pub enum Kernels {
 }
 
 impl Kernels {
-    /// The widest kernels this CPU runs.
+    /// The widest kernels this CPU runs, no wider than `GRANARY_RESIZE_KERNELS` (`bytes`,
+    /// `avx2` or `avx512`) where that is set: one machine can then measure the kernels a
+    /// plainer CPU would take (`bytes` leaves the resize to `fast_image_resize`). Both are
+    /// read once.
     pub fn best() -> Kernels {
+        static BEST: OnceLock<Kernels> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let cap = match std::env::var("GRANARY_RESIZE_KERNELS") {
+                Ok(name) => Kernels::named(&name).unwrap_or_else(|| {
+                    tracing::warn!(
+                        value = %name,
+                        "GRANARY_RESIZE_KERNELS names no kernels: set `bytes`, `avx2` or `avx512`, or unset it; the resize takes this CPU's widest"
+                    );
+                    Kernels::Avx512
+                }),
+                Err(_) => Kernels::Avx512,
+            };
+            Kernels::of_cpu().min(cap)
+        })
+    }
+
+    /// The kernels named `name` (`bytes`, `avx2` or `avx512`).
+    pub fn named(name: &str) -> Option<Kernels> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "bytes" => Some(Kernels::Bytes),
+            "avx2" => Some(Kernels::Avx2),
+            "avx512" => Some(Kernels::Avx512),
+            _ => None,
+        }
+    }
+
+    /// The widest kernels this CPU has the features for.
+    fn of_cpu() -> Kernels {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;

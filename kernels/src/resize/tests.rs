@@ -185,3 +185,11 @@ fn a_vertical_pass_over_too_few_rows_is_refused() {
     pass.bilinear(100, 0.0, 100.0, 50);
     pass.run(&[0; 99 * 10], 10, 10, &mut [0; 50 * 10]);
 }
+
+#[test]
+fn kernels_are_named_as_the_environment_sets_them() {
+    assert_eq!(Kernels::named("avx2"), Some(Kernels::Avx2));
+    assert_eq!(Kernels::named(" AVX512\n"), Some(Kernels::Avx512));
+    assert_eq!(Kernels::named("bytes"), Some(Kernels::Bytes));
+    assert_eq!(Kernels::named("sse4"), None);
+}
