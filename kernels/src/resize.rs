@@ -82,6 +82,11 @@ impl Kernels {
         })
     }
 
+    /// The widest kernels this CPU runs within `limit` (`None`: no limit).
+    fn within(limit: Option<Kernels>) -> Kernels {
+        limit.map_or_else(Kernels::best, |limit| limit.min(Kernels::best()))
+    }
+
     /// The kernels named `name` (`bytes`, `avx2` or `avx512`).
     pub fn named(name: &str) -> Option<Kernels> {
         match name.trim().to_ascii_lowercase().as_str() {
@@ -150,7 +155,7 @@ impl Vertical {
 
     /// The kernels [`Vertical::run`] takes for rows of `len` bytes.
     pub fn kernels(&self, len: usize) -> Kernels {
-        match self.limit.unwrap_or_else(Kernels::best).min(Kernels::best()) {
+        match Kernels::within(self.limit) {
             Kernels::Avx2 if len < AVX2_ROWS => Kernels::Bytes,
             kernels => kernels,
         }
@@ -173,7 +178,7 @@ impl Vertical {
             return;
         }
         // SAFETY (both kernels): the CPU has their features (`kernels` takes no more than
-        // `Kernels::best`), and the AVX2 one rows of `STEP` bytes or more; every tap reads a row
+        // `Kernels::best`), and the AVX2 one rows of `AVX2_ROWS` bytes or more; every tap reads a row
         // below `source_width`, inside `src`, and the output rows are inside `dst` (asserted
         // above).
         #[cfg(target_arch = "x86_64")]
@@ -222,7 +227,7 @@ impl Horizontal {
         self.kernels = Kernels::Bytes;
         #[cfg(target_arch = "x86_64")]
         {
-            let widest = self.limit.unwrap_or_else(Kernels::best).min(Kernels::best());
+            let widest = Kernels::within(self.limit);
             if widest == Kernels::Avx512 && self.tables.prepare(&self.taps) {
                 self.kernels = Kernels::Avx512;
             } else if widest >= Kernels::Avx2 && self.tables_avx2.prepare(&self.taps) {
