@@ -113,6 +113,18 @@ impl Kernels {
     }
 }
 
+/// How many of the first `rows` rows (each `src_row` bytes, the first at byte 0 of a source of
+/// `len` bytes) may read up to byte `farthest` of the row without leaving the source: the
+/// horizontal kernels' wide loads reach past a row's end into the next.
+#[cfg(target_arch = "x86_64")]
+fn rows_within(len: usize, src_row: usize, farthest: usize, rows: usize) -> usize {
+    match len.checked_sub(farthest) {
+        Some(room) if src_row > 0 => (room / src_row + 1).min(rows),
+        Some(_) => rows,
+        None => 0,
+    }
+}
+
 /// The shortest rows (in bytes) the AVX2 vertical pass takes: one step of it.
 const AVX2_ROWS: usize = 32;
 

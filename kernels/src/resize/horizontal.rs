@@ -128,11 +128,7 @@ impl Tables {
         // one mask for every load, set once, where each vector's own mask takes an instruction
         // on the permutes' port. The last rows load with their own masks.
         let farthest = self.sources.iter().map(|&(offset, _)| offset).max().unwrap_or(0) + ZERO as usize;
-        let whole = match src.len().checked_sub(farthest) {
-            Some(room) if src_row > 0 => (room / src_row + 1).min(rows),
-            Some(_) => rows,
-            None => 0,
-        };
+        let whole = super::rows_within(src.len(), src_row, farthest, rows);
         for r in 0..rows {
             // SAFETY: row `r` is inside both (the contract); the first `whole` rows' loads of
             // 63 bytes stay inside `src` (just computed).

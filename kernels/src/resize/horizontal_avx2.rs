@@ -113,11 +113,7 @@ impl Tables {
         // weighted zero. Rows whose loads would leave `src` (the last one or two) are copied
         // first into a buffer with room to spare.
         let farthest = self.sources.iter().flatten().max().copied().unwrap_or(0) + 16;
-        let whole = match src.len().checked_sub(farthest) {
-            Some(room) if src_row > 0 => (room / src_row + 1).min(rows),
-            Some(_) => rows,
-            None => 0,
-        };
+        let whole = super::rows_within(src.len(), src_row, farthest, rows);
         let mut padded = Vec::new();
         for r in 0..rows {
             let row = &src[r * src_row..][..src_row];

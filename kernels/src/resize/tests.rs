@@ -193,3 +193,14 @@ fn kernels_are_named_as_the_environment_sets_them() {
     assert_eq!(Kernels::named("bytes"), Some(Kernels::Bytes));
     assert_eq!(Kernels::named("sse4"), None);
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn wide_loads_stay_inside_the_source_in_the_rows_counted() {
+    // Rows of 30 bytes, loads reaching 63 bytes into a row: a 100-byte source holds two such
+    // rows' loads (row 1 reads to byte 93), not a third (row 2 would read to byte 123).
+    assert_eq!(rows_within(100, 30, 63, 3), 2);
+    assert_eq!(rows_within(100, 30, 63, 1), 1);
+    assert_eq!(rows_within(62, 30, 63, 2), 0);
+    assert_eq!(rows_within(63, 30, 63, 2), 1);
+}
