@@ -60,6 +60,11 @@ impl Batch {
         self.len() == 0
     }
 
+    /// Bytes its tensors' values hold in memory.
+    pub fn bytes(&self) -> u64 {
+        self.tensors.iter().map(|tensor| tensor.data.len() as u64).sum()
+    }
+
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Option<&Tensor> {
         self.tensors.iter().find(|tensor| tensor.name == name)

@@ -19,10 +19,11 @@ use crate::mode::Mode;
 use crate::options::ClientOptions;
 use crate::plan::Plan;
 use crate::position::Position;
+use crate::prefetch::Prefetch;
 use crate::ranges::SlotRanges;
 use crate::registration::Registration;
 use crate::replay::{self, ReplayRequest};
-use crate::session::{READY_LIMIT, Session};
+use crate::session::Session;
 use crate::streams::{StreamEvent, WorkerStreams};
 use crate::task::TaskGuard;
 
@@ -53,6 +54,8 @@ pub struct Client {
     assembler: Assembler,
     /// Complete slots taken from the assembler, joined into batches off the trainer's thread.
     finisher: Finisher,
+    /// How many complete batches to hold ahead of the trainer, tuned as it asks.
+    prefetch: Prefetch,
     events: mpsc::Receiver<StreamEvent>,
     /// Keeps `events` open while no worker stream runs.
     _events_sender: mpsc::Sender<StreamEvent>,
@@ -172,6 +175,7 @@ impl Client {
             batch_size: response.batch_size,
             assembler,
             finisher: Finisher::new(),
+            prefetch: Prefetch::new(options.prefetch_bytes),
             events,
             _events_sender: events_sender,
             replays,
@@ -199,6 +203,10 @@ impl Client {
         }
         let entered = Instant::now();
         let step = self.clock.last_return.map(|at| entered.saturating_duration_since(at));
+        self.drain();
+        if let Some(depth) = self.prefetch.asked(self.ready()) {
+            self.session.progress().prefetch = depth;
+        }
         loop {
             if let Some(error) = self.errors.pop_front() {
                 self.clock.last_return = Some(Instant::now());
@@ -338,6 +346,12 @@ impl Client {
         self.batch_size
     }
 
+    /// Complete batches the client holds ahead of the trainer at most now: its prefetch depth,
+    /// tuned within [`ClientOptions::prefetch_bytes`].
+    pub fn prefetch_batches(&self) -> u32 {
+        self.prefetch.depth()
+    }
+
     /// Batch parts dropped as duplicates so far (replays, re-sent parts).
     pub fn duplicates(&self) -> u64 {
         self.assembler.duplicates()
@@ -346,7 +360,7 @@ impl Client {
     /// Handles queued stream messages while few batches are ready.
     fn drain(&mut self) {
         for _ in 0..DRAIN_LIMIT {
-            if self.ready() >= READY_LIMIT as usize {
+            if self.ready() >= self.prefetch.depth() as usize {
                 return;
             }
             match self.events.try_recv() {
@@ -438,8 +452,12 @@ impl Client {
     }
 
     /// Records a delivered batch for checkpoints, heartbeats and metrics.
-    fn delivered(&self, batch: &Batch, step: Option<Duration>, wait: Duration) {
+    fn delivered(&mut self, batch: &Batch, step: Option<Duration>, wait: Duration) {
+        let resized = self.prefetch.delivered(batch.bytes());
         let mut progress = self.session.progress();
+        if let Some(depth) = resized {
+            progress.prefetch = depth;
+        }
         progress.delivered.insert(batch.slot);
         progress.metrics.record(step, wait);
         progress.buffered = u32::try_from(self.ready()).unwrap_or(u32::MAX);

@@ -78,8 +78,9 @@ impl StepMetrics {
         }
     }
 
-    /// Means over the interval since the last report, which starts a new interval.
-    pub(crate) fn report(&mut self, now: Instant, buffered: u32) -> ClientMetrics {
+    /// Means over the interval since the last report, which starts a new interval; `buffered`
+    /// complete batches are ready now, of `prefetch` the client holds ahead at most.
+    pub(crate) fn report(&mut self, now: Instant, buffered: u32, prefetch: u32) -> ClientMetrics {
         let elapsed = now.saturating_duration_since(self.since).as_secs_f64();
         let mean =
             |total: Duration, count: u64| if count == 0 { 0.0 } else { total.as_secs_f64() / count as f64 };
@@ -87,6 +88,7 @@ impl StepMetrics {
             step_seconds: mean(self.step_total, self.steps),
             wait_seconds: mean(self.wait_total, self.batches),
             buffered_batches: buffered,
+            prefetch_batches: prefetch,
             batches_total: self.total,
             batches_per_second: if elapsed > 0.0 { self.batches as f64 / elapsed } else { 0.0 },
             step_histogram: Some(self.step_histogram.message()),
@@ -112,13 +114,13 @@ mod tests {
         metrics.record(None, Duration::from_millis(300));
         metrics.record(Some(Duration::from_millis(100)), Duration::from_millis(100));
         metrics.record(Some(Duration::from_millis(300)), Duration::from_millis(200));
-        let report = metrics.report(start + Duration::from_secs(2), 5);
+        let report = metrics.report(start + Duration::from_secs(2), 5, 8);
         assert!((report.step_seconds - 0.2).abs() < 1e-9);
         assert!((report.wait_seconds - 0.2).abs() < 1e-9);
         assert!((report.batches_per_second - 1.5).abs() < 1e-9);
-        assert_eq!((report.buffered_batches, report.batches_total), (5, 3));
+        assert_eq!((report.buffered_batches, report.prefetch_batches, report.batches_total), (5, 8, 3));
 
-        let report = metrics.report(start + Duration::from_secs(3), 0);
+        let report = metrics.report(start + Duration::from_secs(3), 0, 4);
         assert_eq!((report.step_seconds, report.wait_seconds, report.batches_per_second), (0.0, 0.0, 0.0));
         assert_eq!(report.batches_total, 3);
     }
@@ -129,9 +131,9 @@ mod tests {
         let mut metrics = StepMetrics::new(start);
         metrics.record(None, Duration::from_micros(100));
         metrics.record(Some(Duration::from_millis(100)), Duration::from_millis(3));
-        metrics.report(start + Duration::from_secs(1), 0);
+        metrics.report(start + Duration::from_secs(1), 0, 4);
         metrics.record(Some(Duration::from_secs(20)), Duration::from_millis(100));
-        let report = metrics.report(start + Duration::from_secs(2), 0);
+        let report = metrics.report(start + Duration::from_secs(2), 0, 4);
         let wait = report.wait_histogram.unwrap();
         assert_eq!(wait.bounds, TRAINER_SECONDS_BUCKETS.to_vec());
         assert_eq!(wait.count, 3);

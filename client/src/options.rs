@@ -47,6 +47,12 @@ pub struct ClientOptions {
     /// Where the images of the pipeline's fused image run are made (placement). `None` reads
     /// `$GRANARY_IMAGES` (`auto`, `client` or `workers`), and without it: [`ImagePlacement::Auto`].
     pub images: Option<ImagePlacement>,
+    /// Memory the client may hold in complete batches ahead of the trainer. It holds 4 at
+    /// first, and doubles that whenever the trainer empties a full buffer (the workers' pace
+    /// comes in bursts), as long as that many of the largest batch so far fit in this budget,
+    /// up to 64 batches; never fewer than 4. 0 keeps 4. Default:
+    /// [`crate::DEFAULT_PREFETCH_BYTES`] (1 GiB).
+    pub prefetch_bytes: u64,
 }
 
 /// Environment variable read when [`ClientOptions::images`] is `None`.
@@ -104,6 +110,7 @@ impl ClientOptions {
             token: None,
             tls: None,
             images: None,
+            prefetch_bytes: crate::DEFAULT_PREFETCH_BYTES,
         }
     }
 

@@ -12,10 +12,6 @@ use crate::mode::Mode;
 use crate::position::{POSITION_VERSION, Position};
 use crate::ranges::SlotRanges;
 
-/// Complete batches assembled ahead of the trainer at most; beyond, the streams are not read,
-/// and below, heartbeats ask for data.
-pub(crate) const READY_LIMIT: u32 = 4;
-
 /// The consumer, as the dispatcher registered it.
 #[derive(Debug, Clone)]
 pub(crate) struct Consumer {
@@ -38,6 +34,9 @@ pub(crate) struct Progress {
     pub(crate) delivered: SlotRanges,
     /// Complete batches buffered in the client.
     pub(crate) buffered: u32,
+    /// Complete batches the client assembles ahead at most (its tuned depth, see
+    /// `crate::prefetch`): beyond, the streams are not read, and below, heartbeats ask for data.
+    pub(crate) prefetch: u32,
     /// Every epoch was delivered.
     pub(crate) finished: bool,
     /// Step and wait times.
@@ -78,6 +77,7 @@ impl Session {
             epoch,
             delivered,
             buffered: 0,
+            prefetch: crate::prefetch::START,
             finished: false,
             metrics: StepMetrics::new(Instant::now()),
             host: HostSampler::new(Instant::now()),
@@ -184,7 +184,7 @@ impl Session {
     /// one of its consumers asks or reads.
     pub(crate) fn wants_data(&self) -> bool {
         let progress = self.progress();
-        !progress.finished && progress.buffered < READY_LIMIT
+        !progress.finished && progress.buffered < progress.prefetch
     }
 
     /// The workers the consumer reads from now: whether all are on this host.
@@ -202,9 +202,9 @@ impl Session {
     pub(crate) fn heartbeat(&self) -> ClientHeartbeatRequest {
         let client_id = self.client_id();
         let mut progress = self.progress();
-        let buffered = progress.buffered;
+        let (buffered, prefetch) = (progress.buffered, progress.prefetch);
         let now = Instant::now();
-        let metrics = progress.metrics.report(now, buffered);
+        let metrics = progress.metrics.report(now, buffered, prefetch);
         let mut host = progress.host.sample(now);
         // Moving work to workers that share this host's cores would only add the wire's copies
         // on those cores: report no idle figure, which leaves the finishing here. (A stand-in
@@ -221,7 +221,7 @@ impl Session {
             delivered: progress.delivered.count(),
             metrics: Some(metrics),
             finished: progress.finished,
-            wants_data: !progress.finished && buffered < READY_LIMIT,
+            wants_data: !progress.finished && buffered < prefetch,
             host_idle_cores: host.idle_cores,
             finish_cores: host.finish_cores,
             image_cores: Some(host.image_cores),
