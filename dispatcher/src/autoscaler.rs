@@ -340,6 +340,7 @@ fn consumer(index: u32, m: &pb::ClientMetrics) -> policies::ConsumerMetrics {
         step_seconds: m.step_seconds,
         wait_seconds: m.wait_seconds,
         buffered_batches: m.buffered_batches,
+        prefetch_batches: m.prefetch_batches,
         batches_total: m.batches_total,
         batches_per_second: m.batches_per_second,
         host_idle_cores: None,

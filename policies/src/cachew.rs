@@ -59,6 +59,7 @@ impl Default for CachewConfig {
 struct Report {
     workers: u32,
     batch_time_s: f64,
+    /// The consumers' mean prefetch fill ([`crate::inputs::ConsumerMetrics::prefetch_fill`]).
     queue: f64,
 }
 
@@ -118,8 +119,10 @@ impl CachewPolicy {
         }
         self.window_start = Some((batches, obs.now_s));
         let consumers = obs.consumer_count().max(1) as f64;
-        let queue: f64 =
-            obs.jobs.iter().flat_map(|j| &j.consumers).map(|c| f64::from(c.buffered_batches)).sum();
+        // The clients' buffers, as a share of their depth: the clients deepen them when their
+        // trainer empties a full one, which lengthens the queue without the workers getting
+        // further ahead.
+        let queue: f64 = obs.jobs.iter().flat_map(|j| &j.consumers).map(|c| c.prefetch_fill()).sum();
         Ok(Report {
             workers: obs.running_workers,
             batch_time_s: (obs.now_s - t0) / done,

@@ -57,6 +57,10 @@ pub struct ConsumerMetrics {
     pub wait_seconds: f64,
     /// Complete batches buffered in the client.
     pub buffered_batches: u32,
+    /// Complete batches the client holds ahead at most now (its prefetch depth, which it tunes);
+    /// 0 when it does not say, read as [`UNREPORTED_PREFETCH_BATCHES`].
+    #[serde(default)]
+    pub prefetch_batches: u32,
     /// Batches this consumer received since it started.
     pub batches_total: u64,
     /// Batches this consumer received per second.
@@ -68,6 +72,22 @@ pub struct ConsumerMetrics {
     /// interval.
     #[serde(default)]
     pub finish_cores: f64,
+}
+
+/// The prefetch depth of a consumer that does not report one: the fixed depth clients held
+/// before they tuned it.
+pub const UNREPORTED_PREFETCH_BATCHES: u32 = 4;
+
+impl ConsumerMetrics {
+    /// How full the client's prefetch buffer is: batches buffered over the most it holds, 0 to
+    /// 1. Comparable across consumers and over time, where the depth itself changes.
+    pub fn prefetch_fill(&self) -> f64 {
+        let depth = match self.prefetch_batches {
+            0 => UNREPORTED_PREFETCH_BATCHES,
+            depth => depth,
+        };
+        f64::from(self.buffered_batches.min(depth)) / f64::from(depth)
+    }
 }
 
 /// How the batches of a job reach its consumers.

@@ -10,6 +10,11 @@ use granary_policies::{DecisionKind, Policy};
 /// One consumer whose batch rate is `min(2 × workers, 7)` batches/s; workers start at once.
 /// Returns every change as (batches consumed when it happened, new target).
 fn cachew_run(epoch_after: u64) -> (Vec<(u64, u32)>, Vec<String>) {
+    cachew_run_with(epoch_after, |_, _| {})
+}
+
+/// [`cachew_run`], with `change` applied to the pool before each report (by its number).
+fn cachew_run_with(epoch_after: u64, change: impl Fn(u32, &mut Pool)) -> (Vec<(u64, u32)>, Vec<String>) {
     let mut p = CachewPolicy::default();
     let mut pool = Pool::starved().workers(1, 1);
     pool.consumers = 1;
@@ -17,6 +22,7 @@ fn cachew_run(epoch_after: u64) -> (Vec<(u64, u32)>, Vec<String>) {
     let mut changes = Vec::new();
     let mut reasons = Vec::new();
     for i in 1..=2000 {
+        change(i, &mut pool);
         let n = f64::from(pool.desired);
         let per_s = (2.0 * n).min(7.0);
         batches += 5.0 * per_s;
@@ -46,6 +52,27 @@ fn cachew_adds_one_worker_per_report_and_steps_back_at_the_knee() {
         assert!(w[1].0 - w[0].0 >= 650, "{changes:?}");
     }
     assert!(reasons.iter().any(|r| r.contains("knee")));
+}
+
+#[test]
+fn cachew_reads_the_result_queue_as_a_share_of_the_clients_prefetch() {
+    // Converged with the clients' buffers half full; from report 400 on, they hold twice as many
+    // batches. A client that doubled its depth (its trainer emptied a full buffer) holds them at
+    // the same share: nothing changes. At the same depth the queue grew 2×: a worker goes.
+    let half_full = |pool: &mut Pool| pool.fill = 0.5;
+    let (deeper, _) = cachew_run_with(u64::MAX, |i, pool| {
+        half_full(pool);
+        if i >= 400 {
+            pool.prefetch = 8;
+        }
+    });
+    let (fuller, reasons) = cachew_run_with(u64::MAX, |i, pool| {
+        pool.fill = if i >= 400 { 1.0 } else { 0.5 };
+    });
+    let targets = |changes: &[(u64, u32)]| changes.iter().map(|c| c.1).collect::<Vec<_>>();
+    assert_eq!(targets(&deeper), vec![2, 3, 4, 5, 4], "a deeper prefetch is not a longer queue");
+    assert_eq!(&targets(&fuller)[..6], &[2, 3, 4, 5, 4, 3], "{fuller:?}");
+    assert!(reasons.iter().any(|r| r.contains("result queue grew 2.0×")), "{reasons:?}");
 }
 
 #[test]

@@ -45,12 +45,13 @@ fn worker() -> impl Strategy<Value = WorkerMetrics> {
 }
 
 fn consumer() -> impl Strategy<Value = ConsumerMetrics> {
-    (value(), value(), count(), any::<u64>(), value(), prop::option::of(value()), value()).prop_map(
-        |(step, wait, buffered, total, bps, idle, finish)| ConsumerMetrics {
+    (value(), value(), count(), count(), any::<u64>(), value(), prop::option::of(value()), value()).prop_map(
+        |(step, wait, buffered, prefetch, total, bps, idle, finish)| ConsumerMetrics {
             consumer_index: 0,
             step_seconds: step,
             wait_seconds: wait,
             buffered_batches: buffered,
+            prefetch_batches: prefetch,
             batches_total: total,
             batches_per_second: bps,
             host_idle_cores: idle,

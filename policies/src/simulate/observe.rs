@@ -139,6 +139,7 @@ impl World<'_> {
                 step_seconds: step,
                 wait_seconds: wait,
                 buffered_batches: (prefetched / k).round() as u32,
+                prefetch_batches: self.s.prefetch_batches,
                 batches_total: (job.consumed * per_consumer).floor() as u64,
                 batches_per_second: steps / interval,
                 host_idle_cores: idle.map(|i| i * self.noise()),
