@@ -55,13 +55,15 @@ class Client:
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
         images: str | None = None,
+        prefetch_bytes: int | None = None,
     ) -> None:
         """Joins the job. `token` or `token_file` (not both) is the trainer token, default
         ``$GRANARY_TOKEN_FILE``, else ``$GRANARY_TOKEN``; `tls_ca` the CA certificate (PEM)
         to dial TLS with, default ``$GRANARY_TLS_CA``, else plaintext. Files are read now;
         one that cannot be read raises ``ConfigurationError`` naming its path. `images` is
         where the fused image run's images are made: ``"auto"``, ``"client"`` or
-        ``"workers"``; default ``$GRANARY_IMAGES``, else ``"auto"``."""
+        ``"workers"``; default ``$GRANARY_IMAGES``, else ``"auto"``. `prefetch_bytes` is the
+        memory for complete batches held ahead of the trainer (default 1 GiB; 0 holds 4)."""
         ...
     def next(self) -> RawBatch | None: ...
     def drain(self, max_batches: int | None = None, *, digests: bool = False) -> DrainReport: ...
@@ -87,5 +89,7 @@ class Client:
     def epoch(self) -> int: ...
     @property
     def epoch_finished(self) -> bool: ...
+    @property
+    def prefetch_batches(self) -> int: ...
     @property
     def duplicates(self) -> int: ...

@@ -112,6 +112,10 @@ class Pipeline:
             host while it has idle cores, and back to the workers when it has none),
             ``"client"`` (all on this host) or ``"workers"``. The pixels are the same bytes
             either way. Default ``$GRANARY_IMAGES``, else ``"auto"``.
+        prefetch_bytes: Memory the client may hold in complete batches ahead of the trainer. It
+            holds 4 at first, and twice as many each time the trainer finds a full buffer
+            emptied (the workers deliver in bursts), as long as that many of the largest batch
+            fit, up to 64. Default 1 GiB; ``0`` keeps 4.
 
     Explicit arguments override the environment. The token file and the CA are read each time
     the pipeline connects (a rotated Secret is picked up on reconnecting); one that cannot be
@@ -134,6 +138,7 @@ class Pipeline:
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
         images: str | None = None,
+        prefetch_bytes: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("name: give the pipeline's name, e.g. Pipeline('imagenet')")
@@ -149,6 +154,13 @@ class Pipeline:
         if images is not None and images not in _IMAGE_PLACEMENTS:
             raise ConfigurationError(
                 f'images: {images!r} is not a placement; use "auto", "client" or "workers"'
+            )
+        if prefetch_bytes is not None and (
+            not isinstance(prefetch_bytes, int) or isinstance(prefetch_bytes, bool) or prefetch_bytes < 0
+        ):
+            raise ConfigurationError(
+                f"prefetch_bytes: {prefetch_bytes!r} must be a number of bytes, 0 or more "
+                "(e.g. 2 << 30 for 2 GiB; 0 holds 4 batches ahead)"
             )
         if token is not None and token_file is not None:
             raise ConfigurationError(
@@ -167,6 +179,8 @@ class Pipeline:
         self.mode = mode
         #: Where the fused image run's images are made (``None``: ``$GRANARY_IMAGES``, else auto).
         self.images = images
+        #: Memory for batches held ahead of the trainer (``None``: 1 GiB).
+        self.prefetch_bytes = prefetch_bytes
         #: The token file, if given (the token itself is kept private and out of ``repr``).
         self.token_file = _path("token_file", token_file)
         #: The CA certificate file, if given.
@@ -193,6 +207,7 @@ class Pipeline:
                 token_file=self.token_file,
                 tls_ca=self.tls_ca,
                 images=self.images,
+                prefetch_bytes=self.prefetch_bytes,
             )
         return self._client
 

@@ -71,6 +71,8 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         tls_ca: The CA certificate (PEM file) to dial TLS with; default ``$GRANARY_TLS_CA``.
         images: Where the fused image run's images are made: ``"auto"``, ``"client"`` or
             ``"workers"``; see :class:`granary.Pipeline`.
+        prefetch_bytes: Memory for complete batches held ahead of the trainer; see
+            :class:`granary.Pipeline`.
         tensors: Yield ``torch.Tensor`` values (default) or the NumPy arrays.
         keys: Also yield the elements' keys, as a list of strings under ``"__key__"`` (the
             WebDataset convention).
@@ -89,6 +91,7 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         token_file: str | os.PathLike[str] | None = None,
         tls_ca: str | os.PathLike[str] | None = None,
         images: str | None = None,
+        prefetch_bytes: int | None = None,
         tensors: bool = True,
         keys: bool = False,
     ) -> None:
@@ -102,6 +105,7 @@ class IterableDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             token_file=token_file,
             tls_ca=tls_ca,
             images=images,
+            prefetch_bytes=prefetch_bytes,
         )
         self._consumer_index = consumer_index
         self._num_consumers = num_consumers

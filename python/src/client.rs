@@ -84,8 +84,12 @@ impl Client {
     /// `images` is where the images of the pipeline's fused image run are made: `"auto"` (a
     /// share on this host while it has idle cores), `"client"` or `"workers"`; default
     /// `$GRANARY_IMAGES`, else `"auto"`.
+    ///
+    /// `prefetch_bytes` is the memory the client may hold in complete batches ahead of the
+    /// trainer: it holds 4, and twice as many each time the trainer empties a full buffer, as long
+    /// as they fit (default 1 GiB; 0 keeps 4).
     #[new]
-    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None, token=None, token_file=None, tls_ca=None, images=None))]
+    #[pyo3(signature = (pipeline, dispatcher=None, *, job=None, consumer_index=None, num_consumers=1, mode="distributed", position=None, token=None, token_file=None, tls_ca=None, images=None, prefetch_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -100,6 +104,7 @@ impl Client {
         token_file: Option<PathBuf>,
         tls_ca: Option<PathBuf>,
         images: Option<&str>,
+        prefetch_bytes: Option<u64>,
     ) -> PyResult<Client> {
         let mode = match mode {
             "distributed" => Mode::Distributed,
@@ -133,6 +138,7 @@ impl Client {
             token,
             tls,
             images,
+            prefetch_bytes: prefetch_bytes.unwrap_or(granary_client::DEFAULT_PREFETCH_BYTES),
         };
         let client = py.detach(|| BlockingClient::open(options)).map_err(|error| errors::to_py(py, error))?;
         let inner = client.client();
@@ -268,6 +274,13 @@ impl Client {
     #[getter]
     fn epoch_finished(&self, py: Python<'_>) -> PyResult<bool> {
         self.with_client(py, |client| client.client().epoch_finished())
+    }
+
+    /// Complete batches the client holds ahead of the trainer at most now (its tuned prefetch
+    /// depth).
+    #[getter]
+    fn prefetch_batches(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with_client(py, |client| client.client().prefetch_batches())
     }
 
     /// Batch parts dropped as duplicates so far (replays, re-sent parts).

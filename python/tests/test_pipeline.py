@@ -217,6 +217,13 @@ def test_without_a_dispatcher_address_says_how_to_give_one(monkeypatch):
         next(granary.Pipeline("anything"))
 
 
+def test_the_prefetch_budget_reaches_the_client(service):
+    with granary.Pipeline(service.pipeline, service.dispatcher, job="prefetch", prefetch_bytes=0) as pipeline:
+        assert next(pipeline).rows == BATCH
+        # No budget: the client holds the 4 batches it starts with, whatever the trainer does.
+        assert pipeline.client.prefetch_batches == 4
+
+
 def test_the_dispatcher_address_comes_from_the_environment(service, monkeypatch):
     monkeypatch.setenv("GRANARY_DISPATCHER", service.dispatcher)
     with granary.Pipeline(service.pipeline, job="from-env") as pipeline:
@@ -231,6 +238,8 @@ def test_the_dispatcher_address_comes_from_the_environment(service, monkeypatch)
         ({"name": "x", "num_consumers": 0}, "num_consumers"),
         ({"name": "x", "num_consumers": 2, "consumer_index": 2}, "consumer_index"),
         ({"name": "x", "images": "gpu"}, "images"),
+        ({"name": "x", "prefetch_bytes": -1}, "prefetch_bytes"),
+        ({"name": "x", "prefetch_bytes": "1G"}, "prefetch_bytes"),
     ],
 )
 def test_bad_arguments_name_the_field(arguments, field):
