@@ -94,6 +94,19 @@ pub struct BenchArgs {
     /// themselves ended (a trainer woken late by busy cores is not waiting on the client).
     #[arg(long, requires = "workers", default_value_t = 0.0, value_parser = step_ms)]
     pub step_ms: f64,
+    /// With `--workers`: every this many batches, a trainer's step lasts `--pause-ms` longer
+    /// (a checkpoint or an evaluation pass), while the client and the workers may work ahead.
+    /// The steps' bound counts the pauses.
+    #[arg(long, requires = "pause_ms", requires = "workers", default_value_t = 0)]
+    pub pause_every: u64,
+    /// With `--pause-every`: milliseconds those steps last longer.
+    #[arg(long, requires = "pause_every", default_value_t = 0.0, value_parser = step_ms)]
+    pub pause_ms: f64,
+    /// With `--workers`: the memory each trainer's client may hold in complete batches ahead of
+    /// it, within which it tunes how many (e.g. `2Gi`; `0` keeps 4 batches). Default: the
+    /// client's, 1 GiB.
+    #[arg(long, requires = "workers", value_parser = byte_count)]
+    pub client_prefetch_bytes: Option<u64>,
     /// `config` label of the JSON line (default: the output dtype, `-wds` for tar shards).
     #[arg(long)]
     pub config: Option<String>,
@@ -185,6 +198,17 @@ struct Report {
     step_overrun_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     next_wait_mean_ms: Option<f64>,
+    /// `--pause-every` and `--pause-ms`, when the trainers paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause_every: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause_ms: Option<f64>,
+    /// `--client-prefetch-bytes`, when given, and the deepest prefetch a trainer's client had
+    /// tuned to at the end of a round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_prefetch_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_prefetch_batches: Option<u32>,
     #[serde(flatten)]
     tls: Option<TlsReport>,
     #[serde(flatten)]
@@ -354,6 +378,8 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         limit = Some(median(limits));
     }
     let headline = served.map_or(fast, |s| s.measurement);
+    // The trainers took steps (and maybe pauses): the report sets them against their bound.
+    let stepped = mean_step_ms(args) > 0.0;
     let report = Report {
         system: "granary",
         pipeline: args
@@ -384,14 +410,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             .and_then(|s| s.worker_peak_rss_bytes.map(|b| b / s.worker_threads.max(1) as u64)),
         stall_seconds: served.and(Some(args.stall_seconds)).filter(|s| *s > 0.0),
         step_ms: served.and(Some(args.step_ms)).filter(|s| *s > 0.0),
-        vs_step_bound: served
-            .filter(|_| args.step_ms > 0.0)
-            .map(|s| round3(s.batches_per_s / step_bound(args.step_ms))),
-        step_overrun_ms: served.filter(|_| args.step_ms > 0.0).and_then(|s| s.step_overrun_ms).map(round3),
-        next_wait_mean_ms: served
-            .filter(|_| args.step_ms > 0.0)
-            .and_then(|s| s.next_wait_mean_ms)
-            .map(round3),
+        vs_step_bound: served.filter(|_| stepped).map(|s| round3(s.batches_per_s / step_bound(args))),
+        step_overrun_ms: served.filter(|_| stepped).and_then(|s| s.step_overrun_ms).map(round3),
+        next_wait_mean_ms: served.filter(|_| stepped).and_then(|s| s.next_wait_mean_ms).map(round3),
+        pause_every: served.and(Some(args.pause_every)).filter(|p| *p > 0),
+        pause_ms: served.and(Some(args.pause_ms)).filter(|_| args.pause_every > 0),
+        client_prefetch_bytes: served.and(args.client_prefetch_bytes),
+        client_prefetch_batches: served.and_then(|s| s.client_prefetch_batches),
         tls: comparison.as_ref().map(TlsReport::of),
         trainers: many.as_ref().map(TrainersReport::of),
         in_process_items_per_s: served.map(|_| round2(fast.items_per_s)),
@@ -427,10 +452,15 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                     args.stall_seconds
                 );
             }
-            if args.step_ms > 0.0 {
-                let bound = step_bound(args.step_ms);
+            if stepped {
+                let bound = step_bound(args);
+                let pauses = if args.pause_every > 0 {
+                    format!(", {} ms longer every {} batches,", args.pause_ms, args.pause_every)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "              {:>9.3} of the {bound:.2} batches/s that {} ms steps allow",
+                    "              {:>9.3} of the {bound:.2} batches/s that {} ms steps{pauses} allow",
                     s.batches_per_s / bound,
                     args.step_ms
                 );
@@ -480,9 +510,21 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Batches a second a trainer that takes `step_ms` per batch reads at most.
-fn step_bound(step_ms: f64) -> f64 {
-    1e3 / step_ms.max(1e-9)
+/// Milliseconds a trainer's step takes on average: `--step-ms`, and the pauses spread over the
+/// batches between them.
+fn mean_step_ms(args: &BenchArgs) -> f64 {
+    let pauses = if args.pause_every > 0 { args.pause_ms / args.pause_every as f64 } else { 0.0 };
+    args.step_ms + pauses
+}
+
+/// Batches a second a trainer whose steps take `mean_step_ms` on average reads at most.
+fn step_bound(args: &BenchArgs) -> f64 {
+    1e3 / mean_step_ms(args).max(1e-9)
+}
+
+/// Parses `--client-prefetch-bytes`: a byte count, e.g. `512Mi` or `2Gi`.
+fn byte_count(text: &str) -> Result<u64, String> {
+    granary_crds::quantity::parse_bytes(text)
 }
 
 /// Parses `--step-ms`: milliseconds, 0 (no step) to an hour.

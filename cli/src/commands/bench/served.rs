@@ -45,6 +45,9 @@ pub struct Served {
     pub worker_peak_rss_bytes: Option<u64>,
     /// Compute threads of each worker process (one per core it is given).
     pub worker_threads: usize,
+    /// The deepest prefetch (complete batches held ahead) a trainer's client had tuned to at the
+    /// end of a round.
+    pub client_prefetch_batches: Option<u32>,
 }
 
 /// The served path measured plaintext and with TLS in one run.
@@ -80,6 +83,7 @@ struct Totals {
     worker_threads: usize,
     first_batch_seconds: Option<f64>,
     padding_fraction: Option<f64>,
+    prefetch_batches: Option<u32>,
 }
 
 impl Totals {
@@ -98,6 +102,7 @@ impl Totals {
         self.worker_threads = self.worker_threads.max(round.worker_threads);
         self.first_batch_seconds = self.first_batch_seconds.or(round.first_batch_seconds);
         self.padding_fraction = self.padding_fraction.or(round.padding_fraction);
+        self.prefetch_batches = self.prefetch_batches.max(round.prefetch_batches);
     }
 
     /// One round's totals: the trainers' window, and the workers' peak memory and threads.
@@ -116,6 +121,7 @@ impl Totals {
             worker_threads,
             first_batch_seconds: window.first_batch_seconds,
             padding_fraction: window.padding_fraction,
+            prefetch_batches: window.prefetch_batches,
         }
     }
 
@@ -142,6 +148,7 @@ impl Totals {
             step_overrun_ms: mean(&self.overruns_ms),
             worker_peak_rss_bytes: self.peak_rss,
             worker_threads: self.worker_threads,
+            client_prefetch_batches: self.prefetch_batches,
         }
     }
 }
@@ -291,6 +298,9 @@ async fn round(
         let mut client = ClientOptions::new(local.pipeline.clone());
         client.dispatcher = Some(local.address.to_string());
         client.images = args.images.map(crate::args::Images::placement);
+        if let Some(budget) = args.client_prefetch_bytes {
+            client.prefetch_bytes = budget;
+        }
         let material = match local.credentials() {
             Some(credentials) => {
                 let token = std::fs::read_to_string(credentials.trainer_token_file())
@@ -310,6 +320,8 @@ async fn round(
             timed: batches,
             stall: std::time::Duration::from_secs_f64(args.stall_seconds),
             step: std::time::Duration::from_secs_f64(args.step_ms / 1e3),
+            pause_every: args.pause_every,
+            pause: std::time::Duration::from_secs_f64(args.pause_ms / 1e3),
         };
         let window = trainers::read(client, reading, padding).await?;
         let totals = Totals::of(window, proc_tree::children_peak_rss_bytes(), options.worker_threads());

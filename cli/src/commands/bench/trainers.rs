@@ -28,6 +28,11 @@ pub struct Reading {
     /// How long each trainer "trains" on every batch before it asks for the next (zero: not
     /// at all), as a trainer's thread waits on its accelerator.
     pub step: Duration,
+    /// Every this many batches (0: never), the step lasts `pause` longer: a checkpoint or an
+    /// evaluation pass, during which the client and the workers can work ahead.
+    pub pause_every: u64,
+    /// How much longer those steps last.
+    pub pause: Duration,
 }
 
 /// What the trainers of one round saw in the timed window, together.
@@ -55,6 +60,8 @@ pub struct Window {
     pub first_batch_seconds: Option<f64>,
     /// With `spec.batch.pad`: pad cells over all cells of the padded fields.
     pub padding_fraction: Option<f64>,
+    /// The deepest prefetch any trainer's client had tuned to when it stopped.
+    pub prefetch_batches: Option<u32>,
 }
 
 /// The window's shared state while the trainers run.
@@ -64,6 +71,8 @@ struct Shared {
     timed: u64,
     stall: Duration,
     step: Duration,
+    pause_every: u64,
+    pause: Duration,
     /// Trainers past their warm-up.
     warmed: AtomicU32,
     /// When the window opened, and the CPU reading then.
@@ -89,6 +98,7 @@ struct Own {
     wire: u64,
     waits_ms: Vec<f64>,
     overruns_ms: Vec<f64>,
+    prefetch_batches: u32,
 }
 
 /// Runs `reading.trainers` clients of `options`' job at once (consumer `i` of them); each
@@ -106,6 +116,8 @@ pub async fn read(
         timed: reading.timed.max(1),
         stall: reading.stall,
         step: reading.step,
+        pause_every: reading.pause_every,
+        pause: reading.pause,
         warmed: AtomicU32::new(0),
         opened: OnceLock::new(),
         pulled: AtomicU64::new(0),
@@ -139,6 +151,7 @@ pub async fn read(
                 window.wire += own.wire;
                 window.waits_ms.extend(own.waits_ms);
                 window.overruns_ms.extend(own.overruns_ms);
+                window.prefetch_batches = window.prefetch_batches.max(Some(own.prefetch_batches));
             }
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(e) => failure = failure.or(Some(anyhow::anyhow!("a trainer task failed: {e}"))),
@@ -170,14 +183,15 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
         arrive(shared);
     }
     while !*stopped.borrow() {
-        if pulled > 0 && !shared.step.is_zero() {
+        let step = shared.step_after(pulled);
+        if pulled > 0 && !step.is_zero() {
             // The step on the previous batch; the client may work ahead meanwhile.
             let stepped = Instant::now();
             tokio::select! {
-                () = tokio::time::sleep(shared.step) => {}
+                () = tokio::time::sleep(step) => {}
                 _ = stopped.wait_for(|stop| *stop) => break,
             }
-            overrun = Some(stepped.elapsed().saturating_sub(shared.step));
+            overrun = Some(stepped.elapsed().saturating_sub(step));
         }
         let asked = Instant::now();
         let next = tokio::select! {
@@ -224,8 +238,18 @@ async fn trainer(options: ClientOptions, shared: &Shared) -> anyhow::Result<Own>
         // The client stays open: its streams and the worker's queues for it fill up.
         tokio::time::sleep(shared.stall).await;
     }
+    own.prefetch_batches = client.prefetch_batches();
     drop(client);
     Ok(own)
+}
+
+impl Shared {
+    /// The step a trainer takes on its `pulled`-th batch: longer by the pause on every
+    /// `pause_every`-th.
+    fn step_after(&self, pulled: u64) -> Duration {
+        let paused = self.pause_every > 0 && pulled > 0 && pulled.is_multiple_of(self.pause_every);
+        if paused { self.step + self.pause } else { self.step }
+    }
 }
 
 /// A trainer finished its warm-up; the last one opens the window.
