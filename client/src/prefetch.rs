@@ -115,6 +115,14 @@ mod tests {
         prefetch
     }
 
+    /// `times` bursts: the trainer finds the buffer full at its depth, then empty.
+    fn fill_and_empty(prefetch: &mut Prefetch, times: usize) {
+        for _ in 0..times {
+            prefetch.asked(prefetch.depth() as usize);
+            prefetch.asked(0);
+        }
+    }
+
     #[test]
     fn a_full_buffer_that_the_trainer_empties_doubles_the_depth() {
         let mut prefetch = sized(100);
@@ -141,18 +149,12 @@ mod tests {
     #[test]
     fn the_depth_stays_within_the_budget_and_the_most() {
         let mut prefetch = sized(10);
-        for _ in 0..10 {
-            prefetch.asked(prefetch.depth() as usize);
-            prefetch.asked(0);
-        }
+        fill_and_empty(&mut prefetch, 10);
         assert_eq!(prefetch.depth(), 10, "8, then the budget's 10, not 16");
 
         let mut prefetch = Prefetch::new(u64::MAX);
         prefetch.delivered(1);
-        for _ in 0..20 {
-            prefetch.asked(prefetch.depth() as usize);
-            prefetch.asked(0);
-        }
+        fill_and_empty(&mut prefetch, 20);
         assert_eq!(prefetch.depth(), MOST);
     }
 
@@ -169,10 +171,7 @@ mod tests {
     #[test]
     fn a_larger_batch_brings_the_depth_back_within_the_budget_never_below_the_start() {
         let mut prefetch = sized(16);
-        for _ in 0..3 {
-            prefetch.asked(prefetch.depth() as usize);
-            prefetch.asked(0);
-        }
+        fill_and_empty(&mut prefetch, 3);
         assert_eq!(prefetch.depth(), 16);
         assert_eq!(prefetch.delivered(BATCH / 2), None, "smaller: the depth stays");
         assert_eq!(prefetch.delivered(2 * BATCH), Some(8));
