@@ -31,9 +31,11 @@ fn manifest_json() -> String {
     serde_json::to_string(&manifest.pipeline).unwrap()
 }
 
-/// A plaintext dispatcher on 127.0.0.1 whose lease calls wait up to `wait` for work.
+/// A plaintext dispatcher on 127.0.0.1 whose lease calls wait up to `wait` for work, leasing
+/// exactly one epoch ahead of the consumer (these epochs of 4 splits would otherwise run 8 ahead,
+/// see `Timing::min_splits_ahead`), so that the consumer's moves open each next epoch.
 async fn start(wait: Duration) -> (DispatcherClient<Channel>, tokio::sync::oneshot::Sender<()>) {
-    let timing = Timing { lease_wait_ms: wait.as_millis() as u64, ..Timing::default() };
+    let timing = Timing { lease_wait_ms: wait.as_millis() as u64, min_splits_ahead: 0, ..Timing::default() };
     let config = DispatcherConfig { timing, ..Default::default() };
     let dispatcher = Dispatcher::new(config, Arc::new(Splits)).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

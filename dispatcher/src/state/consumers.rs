@@ -291,7 +291,7 @@ impl State {
             asks = c.demand.heartbeat(now, req.wants_data, progressed, &timing);
             c.host = c.host.reported(req.host_idle_cores, req.finish_cores, req.image_cores);
             if (req.finished, req.epoch, req.delivered) >= (c.finished, c.epoch, c.delivered) {
-                // Epochs are leased at most one ahead of the slowest consumer: a new epoch
+                // Epochs are leased a bounded number ahead of the slowest consumer: a new epoch
                 // may open the next one to leasing.
                 advanced = (req.finished, req.epoch) > (c.finished, c.epoch);
                 c.epoch = req.epoch;

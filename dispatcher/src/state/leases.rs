@@ -200,8 +200,9 @@ impl State {
                 return Some(replay);
             }
         }
-        let limit = job.slowest_epoch(epochs).saturating_add(1).min(epochs.saturating_sub(1));
         let first = job.epochs.keys().next().copied().unwrap_or(0);
+        let ahead = epochs_ahead(job.epoch(first).plan.order().len(), timing.min_splits_ahead);
+        let limit = job.slowest_epoch(epochs).saturating_add(ahead).min(epochs.saturating_sub(1));
         for epoch in first..=limit {
             let state = job.epoch(epoch);
             // Splits counted but not yet placeable are held by their workers: lease only so far
@@ -554,6 +555,23 @@ impl State {
 /// The wire form of a planned part.
 fn part_message(p: crate::plan::Part) -> pb::Part {
     pb::Part { lo: p.lo, hi: p.hi, slot: p.slot, consumers: p.consumers }
+}
+
+/// The fewest splits a job may run ahead of the epoch its slowest consumer is in, by default
+/// ([`super::Timing::min_splits_ahead`]). Epochs are leased one ahead of that consumer, which
+/// bounds what its client holds for later epochs to an epoch's parts. An epoch of a few splits
+/// (a small or cached dataset, a few large shards) then left a worker a few splits to compute
+/// while the consumer's epoch start travelled to the dispatcher and the next lease back: on a
+/// loaded host that took longer than the splits, and the worker waited at every epoch's end.
+/// Such a job runs as many epochs ahead as hold this many splits, so its client holds at most
+/// about twice what an epoch of this many could make it hold; an epoch of at least this many is
+/// leased one ahead, as before.
+pub const MIN_SPLITS_AHEAD: usize = 32;
+
+/// Epochs a job may run ahead of its slowest consumer, for epochs of `splits` splits: one, or
+/// as many as hold `min_splits` splits.
+pub(crate) fn epochs_ahead(splits: usize, min_splits: usize) -> u32 {
+    u32::try_from(min_splits.div_ceil(splits.max(1))).unwrap_or(u32::MAX).max(1)
 }
 
 /// How many splits of an epoch past its first uncounted one may be leased, for pipelines whose

@@ -20,6 +20,7 @@ pub use cache::{
 };
 pub use consumers::{MAX_CONSUMERS, MAX_JOB_NAME_BYTES, MAX_JOBS_PER_PIPELINE};
 pub use events::Event;
+pub use leases::MIN_SPLITS_AHEAD;
 pub use tallies::{BucketTotals, TrainerTotals, WorkerCounts};
 
 use crate::plan::{EpochPlan, MixPlan, MixStop, Mode, PlanSettings};
@@ -45,6 +46,10 @@ pub struct Timing {
     /// idle worker asks no more often than before, while one that waits on its consumers' next
     /// epoch (a dataset of few splits) hears of it at once.
     pub lease_wait_ms: u64,
+    /// The fewest splits a job may run ahead of the epoch its slowest consumer is in: an epoch of
+    /// fewer runs as many epochs ahead as hold this many ([`MIN_SPLITS_AHEAD`] by default); 0
+    /// leases exactly one epoch ahead, whatever its size.
+    pub min_splits_ahead: usize,
 }
 
 impl Default for Timing {
@@ -55,7 +60,17 @@ impl Default for Timing {
             client_timeout_ms: 10_000,
             job_gc_ms: 600_000,
             lease_wait_ms: 50,
+            min_splits_ahead: leases::MIN_SPLITS_AHEAD,
         }
+    }
+}
+
+#[cfg(test)]
+impl Timing {
+    /// The defaults, but leasing exactly one epoch ahead, whatever its size: for tests that step
+    /// a consumer through epochs of a few splits.
+    pub(crate) fn one_epoch_ahead() -> Timing {
+        Timing { min_splits_ahead: 0, ..Timing::default() }
     }
 }
 
@@ -352,7 +367,8 @@ impl Job {
         })
     }
 
-    /// The epoch the slowest consumer is in (epochs are leased at most one ahead of it).
+    /// The epoch the slowest consumer is in (epochs are leased ahead of it: one, or more when an
+    /// epoch holds fewer than [`Timing::min_splits_ahead`] splits).
     pub(crate) fn slowest_epoch(&self, epochs: u32) -> u32 {
         self.consumers.values().map(|c| if c.finished { epochs } else { c.epoch }).min().unwrap_or(0)
     }

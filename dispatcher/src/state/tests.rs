@@ -61,7 +61,7 @@ fn complete(state: &mut State, lease: &pb::Lease) {
 
 #[test]
 fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
-    let mut s = State::new(Timing::default(), 1);
+    let mut s = State::new(Timing::one_epoch_ahead(), 1);
     s.register_pipeline("p", facts(vec![10; 4], 5, 3)).unwrap();
     client(&mut s, 0, 1, 0);
     let w = worker(&mut s, 0);
@@ -88,6 +88,50 @@ fn leases_follow_the_seeded_order_and_stop_one_epoch_ahead() {
         }
         .order(0)
     );
+}
+
+#[test]
+fn small_epochs_are_leased_as_many_ahead_as_hold_the_minimum_of_splits() {
+    // Epochs of 8 splits: 4 of them hold 32, so epochs 0 to 4 are leasable while the consumer
+    // is in epoch 0, and each epoch it moves on opens one more.
+    assert_eq!(MIN_SPLITS_AHEAD, 32);
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; 8], 5, 10)).unwrap();
+    let c = client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let drain = |s: &mut State| {
+        let mut epochs = Vec::new();
+        while let Some(lease) = s.lease(&w, 0).unwrap() {
+            epochs.push(lease.epoch);
+            complete(s, &lease);
+        }
+        epochs
+    };
+    let first = drain(&mut s);
+    assert_eq!(first.len(), 5 * 8);
+    assert!(first.windows(2).all(|w| w[0] <= w[1]), "in epoch order: {first:?}");
+    assert_eq!(first.last(), Some(&4));
+    let moved = pb::ClientHeartbeatRequest {
+        client_id: c.client_id.clone(),
+        pipeline: "p".into(),
+        job: c.job.clone(),
+        epoch: 1,
+        wants_data: true,
+        ..Default::default()
+    };
+    s.client_heartbeat(&moved, 0).unwrap();
+    assert_eq!(drain(&mut s), vec![5; 8]);
+    // Epochs of the minimum or more are leased one ahead, as before.
+    let mut s = State::new(Timing::default(), 1);
+    s.register_pipeline("p", facts(vec![10; MIN_SPLITS_AHEAD], 5, 10)).unwrap();
+    client(&mut s, 0, 1, 0);
+    let w = worker(&mut s, 0);
+    let mut leased = 0;
+    while let Some(lease) = s.lease(&w, 0).unwrap() {
+        assert!(lease.epoch <= 1);
+        leased += 1;
+    }
+    assert_eq!(leased, 2 * MIN_SPLITS_AHEAD);
 }
 
 #[test]

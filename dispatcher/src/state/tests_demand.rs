@@ -9,8 +9,10 @@ pub(super) fn setup(splits: usize) -> (State, String) {
     setup_epochs(splits, 1)
 }
 
+/// A pipeline of `epochs` epochs of `splits` splits, leased one epoch ahead whatever their size,
+/// and a worker.
 fn setup_epochs(splits: usize, epochs: u32) -> (State, String) {
-    let mut s = State::new(Timing::default(), 1);
+    let mut s = State::new(Timing::one_epoch_ahead(), 1);
     let facts = PipelineFacts {
         manifest_json: "{}".into(),
         base_dir: "/".into(),

@@ -227,7 +227,8 @@ fn splits_written_in_epoch_0_are_read_in_epoch_1() {
 
 #[test]
 fn a_bad_split_is_never_read_again() {
-    let mut s = State::new(Timing::default(), 1);
+    // Epoch by epoch: the consumer's moves open each next one.
+    let mut s = State::new(Timing::one_epoch_ahead(), 1);
     let w = setup(&mut s, "p", "at", 2, 3);
     decide(&mut s, "p");
     for _ in 0..2 {
