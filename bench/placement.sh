@@ -25,7 +25,14 @@ TRAINER_CORES=${TRAINER_CORES:-2,3}
 DISPATCHER_CORES=${DISPATCHER_CORES:-4}
 BUSY_CORES=${BUSY_CORES:-$(seq -s ' ' 2 15)}
 WINDOW=${WINDOW:-8 38}
-IP=${IP:-$(hostname -I | awk '{print $1}')}
+# The first non-loopback address: `hostname -I`, or where that is missing, what the host's name
+# resolves to.
+IP=${IP:-$( (hostname -I 2> /dev/null || true) | awk '{print $1}')}
+IP=${IP:-$(python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')}
+case "$IP" in
+  "") echo "no address to advertise: set IP" >&2; exit 2 ;;
+  127.*) echo "advertising loopback ($IP): the trainer keeps the finishing whatever its host's load" >&2 ;;
+esac
 WORK=$(mktemp -d)
 trap 'pkill -P $$ || true; rm -rf "$WORK"' EXIT
 
@@ -46,6 +53,17 @@ for line in sys.stdin:
 print(f"{n / (hi - lo):.1f}")' "$@"
 }
 
+# Cores a process has used since a time (`date +%s.%N`): its user and system CPU over the wall
+# time.
+cores() {
+  python3 -c '
+import os, sys, time
+pid, since = sys.argv[1], float(sys.argv[2])
+fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+print(f"{cpu / (time.time() - since):.2f}")' "$1" "$2" 2> /dev/null || echo "?"
+}
+
 # One run: $1 its label, $2 extra worker flags, $3 seconds before the machine is made busy (0:
 # never), $4 where the trainer wants the images made (GRANARY_IMAGES: auto, client, workers).
 run() {
@@ -57,15 +75,20 @@ run() {
   address=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["dispatcher"])' "$WORK/ready")
   # shellcheck disable=SC2086
   taskset -c "$WORKER_CORES" "$GRANARY" worker --dispatcher "$address" --threads 2 --listen "${LISTEN:-0.0.0.0}:7071" \
-    --advertise "$IP:7071" $2 2> "$WORK/worker.log" &
+    --advertise "$IP:7071" --drain-timeout 0 $2 2> "$WORK/worker.log" &
   local worker=$!
   if [ "$3" != 0 ]; then
     (sleep "$3"; for c in $BUSY_CORES; do taskset -c "$c" timeout 12 sh -c 'while :; do :; done' & done; wait) &
   fi
-  local rate
-  # shellcheck disable=SC2086
-  rate=$(GRANARY_IMAGES=$4 taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null | count $WINDOW || true)
-  echo "$1: $rate elements/s"
+  local rate started trainer
+  started=$(date +%s.%N)
+  # The trainer's CPU (user, system, wall seconds) as bash's `time` reports the pipeline's.
+  trainer=$( { TIMEFORMAT='%U %S %R'; time {
+    # shellcheck disable=SC2086
+    GRANARY_IMAGES=$4 taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null \
+      | count $WINDOW > "$WORK/rate" || true; }; } 2>&1)
+  rate=$(cat "$WORK/rate")
+  echo "$1: $rate elements/s; cores used, whole run: trainer $(echo "$trainer" | awk '{printf "%.2f", ($1 + $2) / $3}'), worker $(cores "$worker" "$started")"
   kill "$worker" "$dispatcher" 2> /dev/null || true
   wait "$worker" "$dispatcher" 2> /dev/null || true
   sleep 1
