@@ -42,8 +42,10 @@ pub struct RunArgs {
     /// Compute threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
-    #[arg(long, default_value = "512Mi")]
+    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`); `auto`: a
+    /// quarter of the memory the process may use (its cgroup's limit or the machine's), from
+    /// 32Mi to 512Mi.
+    #[arg(long, default_value = "auto")]
     pub prefetch_bytes: String,
     #[command(flatten)]
     pub python: crate::args::PythonArg,
@@ -138,7 +140,26 @@ pub fn engine_options(
         }
         options.threads = t;
     }
-    options.prefetch_bytes = granary_crds::quantity::parse_bytes(prefetch_bytes)
-        .map_err(|e| InvalidInput(format!("--prefetch-bytes: {e}")))? as usize;
+    if prefetch_bytes != "auto" {
+        options.prefetch_bytes = granary_crds::quantity::parse_bytes(prefetch_bytes)
+            .map_err(|e| InvalidInput(format!("--prefetch-bytes: {e} (or `auto`)")))?
+            as usize;
+    }
     Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefetch_budget_is_auto_or_a_quantity_named_in_its_error() {
+        let auto = engine_options(None, "auto", None).unwrap();
+        assert_eq!(auto.prefetch_bytes, granary_worker::memory::default_prefetch_bytes());
+        assert_eq!(engine_options(Some(3), "64Mi", None).unwrap().prefetch_bytes, 64 << 20);
+        let bad = engine_options(None, "lots", None).unwrap_err().0;
+        assert!(bad.contains("--prefetch-bytes") && bad.contains("auto"), "{bad}");
+        let zero = engine_options(Some(0), "auto", None).unwrap_err().0;
+        assert!(zero.contains("--threads"), "{zero}");
+    }
 }

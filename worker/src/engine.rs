@@ -26,7 +26,8 @@ pub struct EngineOptions {
     /// Compute threads (default: every core the process may use); a pipeline with Python stages
     /// runs one more (see [`compute_threads`]).
     pub threads: usize,
-    /// Bytes of data in flight before reading waits (default 512 MiB).
+    /// Bytes of data in flight before reading waits (default: a quarter of the memory this
+    /// process may use, from 32 to 512 MiB; see [`crate::memory`]).
     pub prefetch_bytes: usize,
     /// How image stages run (default: fused where the stages allow).
     pub image_path: ImagePath,
@@ -50,7 +51,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            prefetch_bytes: 512 << 20,
+            prefetch_bytes: crate::memory::default_prefetch_bytes(),
             image_path: ImagePath::Fused,
             defer_normalize: false,
             finish_per_batch: true,

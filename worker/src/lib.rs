@@ -18,6 +18,7 @@ mod contained;
 pub mod element;
 pub mod engine;
 pub mod executor;
+pub mod memory;
 pub mod ops;
 pub mod scheduling;
 pub mod seed;

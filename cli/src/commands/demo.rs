@@ -74,7 +74,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             epochs: Some(1),
             limit_batches: None,
             threads: args.threads,
-            prefetch_bytes: "512Mi".to_string(),
+            prefetch_bytes: "auto".to_string(),
             python: crate::args::PythonArg::default(),
             json: true,
             digest: false,

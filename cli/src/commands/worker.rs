@@ -25,8 +25,10 @@ pub struct WorkerArgs {
     /// Compute threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`).
-    #[arg(long, default_value = "512Mi")]
+    /// Memory budget for data in flight, in bytes or with a suffix (`512Mi`, `2Gi`); `auto`: a
+    /// quarter of the memory the process may use (its cgroup's limit or the machine's), from
+    /// 32Mi to 512Mi.
+    #[arg(long, default_value = "auto")]
     pub prefetch_bytes: String,
     #[command(flatten)]
     pub python: crate::args::PythonArg,

@@ -213,6 +213,8 @@ impl WorkerService {
             listen = %local_addr,
             advertise = %advertise,
             dispatcher = %config.dispatcher,
+            threads = config.engine.threads,
+            prefetch_mib = config.engine.prefetch_bytes >> 20,
             "worker serving",
         );
         let metrics_address = match metrics_addr {

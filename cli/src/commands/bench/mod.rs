@@ -39,8 +39,8 @@ pub struct BenchArgs {
     /// Compute threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Memory budget for data in flight.
-    #[arg(long, default_value = "512Mi")]
+    /// Memory budget for data in flight (`auto`: as `granary run`'s).
+    #[arg(long, default_value = "auto")]
     pub prefetch_bytes: String,
     #[command(flatten)]
     pub python: crate::args::PythonArg,
