@@ -14,7 +14,7 @@
 # reading only from loopback workers keeps the finishing whatever its host's load. Needs 16
 # cores (WORKER_CORES, TRAINER_CORES, DISPATCHER_CORES, BUSY_CORES name them), `taskset`, and
 # python3 (to count the trainer's elements). LISTEN, IP, IMAGES and WINDOW ("FROM TO", seconds) try it
-# small on loopback.
+# small on loopback; ROUNDS (2) sets the alternations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -92,10 +92,11 @@ run() {
   kill "$worker" "$dispatcher" 2> /dev/null || true
   wait "$worker" "$dispatcher" 2> /dev/null || true
   sleep 1
-  grep -h "placement:" "$WORK/dispatcher.log" | sed 's/^.*placement: //' || true
+  # The dispatcher's placement decisions, each with its time and the hosts' figures.
+  grep -h "placement:" "$WORK/dispatcher.log" | sed 's/^\([^ ]*\) .*placement: /\1 /' || true
 }
 
-for _ in 1 2; do
+for _ in $(seq "${ROUNDS:-2}"); do
   run "placement on" "" 0 auto
   run "every image on the trainer's host" "" 0 client
   run "placement off (--normalize-on-worker, images on the worker)" "--normalize-on-worker" 0 workers

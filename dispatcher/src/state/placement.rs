@@ -64,11 +64,22 @@ impl Job {
         if next == images.share || waits {
             return;
         }
+        // The hosts' figures the move was decided from, to tell a settled share from one that
+        // overshoots (each consumer's idle cores, and its finishing cores with those on images).
+        let figure = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+        let hosts: Vec<String> = consumers
+            .iter()
+            .map(|(_, l)| {
+                let (idle, finish, image) = (l.idle_cores, l.last_finish_cores, l.last_image_cores);
+                format!("{}/{}/{}", figure(idle), figure(finish), figure(image))
+            })
+            .collect();
         tracing::info!(
             pipeline,
             job,
             from = images.share,
             to = next,
+            idle_finish_image_cores = %hosts.join(","),
             "placement: the share of images the trainers' hosts make moves"
         );
         images.share = next;
