@@ -6,24 +6,110 @@
 // it still reads correctly over any `object_store`, and replacing it is tracked for the cache work.
 #![allow(deprecated)]
 
+mod pages;
+
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::contained::contained;
 use crate::element::Element;
 use crate::store::Located;
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
+use std::ops::Range;
 use std::sync::Arc;
 use tokio::runtime::Handle;
 
 /// Rows decoded at once.
 const ROWS_PER_BATCH: usize = 1024;
 
-fn reader(store: &Arc<dyn ObjectStore>, object: &Object) -> ParquetObjectReader {
-    ParquetObjectReader::new(Arc::clone(store), object.location.clone()).with_file_size(object.size)
+fn reader(store: &Arc<dyn ObjectStore>, object: &Object) -> CheckedReader {
+    CheckedReader {
+        inner: ParquetObjectReader::new(Arc::clone(store), object.location.clone())
+            .with_file_size(object.size),
+        chunks: Vec::new(),
+    }
+}
+
+/// A column chunk as the footer places it, and the least bits each of its values takes.
+struct Chunk {
+    bytes: Range<u64>,
+    value_bits: u64,
+}
+
+/// The object's reader: it checks the page headers of each column chunk it fetches before the
+/// parquet crate decodes them (see [`pages`]). Fetches are unchanged; a chunk's bytes are
+/// checked where they arrive.
+struct CheckedReader {
+    inner: ParquetObjectReader,
+    /// Every column chunk of the file, from its footer.
+    chunks: Vec<Chunk>,
+}
+
+impl CheckedReader {
+    /// Checks the pages of each chunk that starts within `range`, whose bytes are `bytes`.
+    fn check(&self, range: &Range<u64>, bytes: &Bytes) -> parquet::errors::Result<()> {
+        for chunk in self.chunks.iter().filter(|c| range.contains(&c.bytes.start)) {
+            let from = usize::try_from(chunk.bytes.start - range.start).unwrap_or(usize::MAX);
+            let to = usize::try_from(chunk.bytes.end.min(range.end) - range.start).unwrap_or(usize::MAX);
+            let Some(held) = bytes.get(from..to.min(bytes.len())) else { continue };
+            pages::check(held, chunk.value_bits).map_err(ParquetError::General)?;
+        }
+        Ok(())
+    }
+}
+
+impl AsyncFileReader for CheckedReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            let bytes = self.inner.get_bytes(range.clone()).await?;
+            self.check(&range, &bytes)?;
+            Ok(bytes)
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            let fetched = self.inner.get_byte_ranges(ranges.clone()).await?;
+            for (range, bytes) in ranges.iter().zip(&fetched) {
+                self.check(range, bytes)?;
+            }
+            Ok(fetched)
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let metadata = self.inner.get_metadata(options).await?;
+            let columns = metadata.row_groups().iter().flat_map(|group| group.columns());
+            self.chunks = columns
+                .filter_map(|c| {
+                    let start =
+                        u64::try_from(c.dictionary_page_offset().unwrap_or(c.data_page_offset())).ok()?;
+                    let end = start.checked_add(u64::try_from(c.compressed_size()).ok()?)?;
+                    let descr = c.column_descr();
+                    let value_bits = pages::least_value_bits(descr.physical_type(), descr.type_length());
+                    Some(Chunk { bytes: start..end, value_bits })
+                })
+                .collect();
+            Ok(metadata)
+        }
+        .boxed()
+    }
 }
 
 pub(super) async fn splits(located: &Located, objects: Vec<ObjectMeta>) -> Result<Vec<Split>, SourceError> {

@@ -1,0 +1,346 @@
+//! The page headers of a column chunk, checked before the parquet crate decodes them.
+//!
+//! The crate sizes buffers from what a page header claims, before it reads what follows: it
+//! zero-fills a decompression buffer of the header's `uncompressed_page_size`
+//! (apache/arrow-rs#10734), and it sizes a dictionary from the dictionary page's `num_values`
+//! (`set_dict`, `num_values` values of the column's type: 32 bytes each for byte arrays). A
+//! 1.5 KB file found by fuzzing made a worker allocate 8.7 GB that way. So the reader checks the
+//! pages each fetched column chunk holds first, against what its bytes could hold:
+//! - a page may claim at most [`MOST_RATIO`] times its compressed bytes, and [`SLACK`] more,
+//!   uncompressed;
+//! - a dictionary page's values, each of which takes the least the column's type allows
+//!   ([`least_value_bits`]: a bit for a boolean, 4 bytes for a byte array's length), must fit
+//!   in its uncompressed bytes.
+//!
+//! So each page costs at most a fixed multiple of its bytes and of [`SLACK`]. The headers are
+//! thrift's compact protocol: only those fields are read, the rest skipped; a header that does
+//! not parse stops the check, and the crate reports it.
+
+use parquet::basic::Type as PhysicalType;
+
+/// How many times its compressed bytes a page may claim uncompressed. deflate (gzip) cannot
+/// exceed 1,032; snappy's and lz4's ratios are lower. Only zstd and brotli go further, on pages
+/// of one value repeated, which writers dictionary-encode instead (and pages up to [`SLACK`]
+/// pass whatever their ratio).
+pub(super) const MOST_RATIO: u64 = 1_100;
+/// What a page may claim uncompressed beyond [`MOST_RATIO`] times its compressed bytes: writers
+/// cut pages at 1 MiB by default.
+pub(super) const SLACK: u64 = 16 << 20;
+
+/// The least bits one value of a column of `physical` type (of `type_length` bytes when fixed)
+/// takes in a page that stores it whole, as a dictionary page does (plain encoding).
+pub(super) fn least_value_bits(physical: PhysicalType, type_length: i32) -> u64 {
+    match physical {
+        PhysicalType::BOOLEAN => 1,
+        PhysicalType::INT32 | PhysicalType::FLOAT | PhysicalType::BYTE_ARRAY => 32,
+        PhysicalType::INT64 | PhysicalType::DOUBLE => 64,
+        PhysicalType::INT96 => 96,
+        // A length of 0 or less is not a valid schema; a value still takes a bit to count.
+        PhysicalType::FIXED_LEN_BYTE_ARRAY => u64::try_from(type_length).map_or(1, |len| (len * 8).max(1)),
+    }
+}
+
+/// Checks the pages of the column chunk whose bytes are `chunk` (its start, or all of it), each
+/// of whose values takes at least `value_bits`: an error names the first page that claims more
+/// than its bytes could hold.
+pub(super) fn check(chunk: &[u8], value_bits: u64) -> Result<(), String> {
+    let mut at = 0usize;
+    let mut page = 0usize;
+    while at < chunk.len() {
+        let Some(header) = header(&chunk[at..]) else {
+            return Ok(());
+        };
+        let data_at = at.saturating_add(header.len);
+        // What the page's data could be: no more than the chunk holds after its header.
+        let compressed = header.compressed.min(chunk.len().saturating_sub(data_at) as u64);
+        let most = compressed.saturating_mul(MOST_RATIO).saturating_add(SLACK);
+        if header.uncompressed > most {
+            return Err(format!(
+                "page {page} of a column chunk claims {} bytes uncompressed from {compressed} \
+                 compressed, more than any codec gives ({most}); the file is corrupt: rewrite it",
+                header.uncompressed
+            ));
+        }
+        if let Some(values) = header.dictionary_values {
+            let fit = header.uncompressed.saturating_mul(8) / value_bits.max(1);
+            if values > fit {
+                return Err(format!(
+                    "the dictionary page (page {page}) of a column chunk claims {values} values, \
+                     more than its {} bytes hold ({fit}); the file is corrupt: rewrite it",
+                    header.uncompressed
+                ));
+            }
+        }
+        at = data_at.saturating_add(usize::try_from(header.compressed).unwrap_or(usize::MAX));
+        page += 1;
+    }
+    Ok(())
+}
+
+/// What a page header says of its sizes, and its own length.
+#[derive(Debug, PartialEq)]
+struct Header {
+    uncompressed: u64,
+    compressed: u64,
+    /// The values a dictionary page claims; `None` for other pages.
+    dictionary_values: Option<u64>,
+    len: usize,
+}
+
+/// `PageHeader`'s fields read here (parquet.thrift).
+const UNCOMPRESSED_SIZE: i64 = 2;
+const COMPRESSED_SIZE: i64 = 3;
+const DICTIONARY_PAGE_HEADER: i64 = 7;
+/// Compact protocol types.
+const I32: u8 = 5;
+const STRUCT: u8 = 12;
+/// Nesting deeper than this is not a page header.
+const MOST_DEPTH: u32 = 16;
+
+/// The page header at the start of `bytes`; `None` when it does not parse or lacks either size.
+fn header(bytes: &[u8]) -> Option<Header> {
+    let mut c = Cursor { bytes, at: 0 };
+    let (mut uncompressed, mut compressed, mut dictionary_values) = (None, None, None);
+    let mut fields = Fields::default();
+    while let Some((id, kind)) = fields.next(&mut c)? {
+        match (id, kind) {
+            (UNCOMPRESSED_SIZE, I32) => uncompressed = u64::try_from(c.zigzag()?).ok(),
+            (COMPRESSED_SIZE, I32) => compressed = u64::try_from(c.zigzag()?).ok(),
+            // `DictionaryPageHeader`: its field 1 is `num_values`.
+            (DICTIONARY_PAGE_HEADER, STRUCT) => dictionary_values = Some(c.first_i32(1)?),
+            _ => c.skip(kind, 0)?,
+        }
+    }
+    Some(Header { uncompressed: uncompressed?, compressed: compressed?, dictionary_values, len: c.at })
+}
+
+/// The field headers of one compact struct, in order (ids come as deltas from the last one).
+#[derive(Default)]
+struct Fields {
+    last: i64,
+}
+
+impl Fields {
+    /// The next field's id and type; `Some(None)` at the struct's end.
+    fn next(&mut self, c: &mut Cursor<'_>) -> Option<Option<(i64, u8)>> {
+        let head = c.byte()?;
+        if head == 0 {
+            return Some(None);
+        }
+        self.last = match head >> 4 {
+            0 => c.zigzag()?,
+            delta => self.last + i64::from(delta),
+        };
+        Some(Some((self.last, head & 0x0f)))
+    }
+}
+
+/// A read position in thrift compact bytes.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn advance(&mut self, n: u64) -> Option<()> {
+        let end = self.at.checked_add(usize::try_from(n).ok()?)?;
+        (end <= self.bytes.len()).then(|| self.at = end)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.byte()?;
+            value |= u64::from(b & 0x7f).checked_shl(shift)?;
+            if b & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    fn zigzag(&mut self) -> Option<i64> {
+        let v = self.varint()?;
+        Some((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    /// Reads a struct to its end and gives its i32 field `id` (0 when absent or negative: the
+    /// crate refuses such a header itself).
+    fn first_i32(&mut self, id: i64) -> Option<u64> {
+        let mut fields = Fields::default();
+        let mut found = 0;
+        while let Some((field, kind)) = fields.next(self)? {
+            if (field, kind) == (id, I32) {
+                found = u64::try_from(self.zigzag()?).unwrap_or(0);
+            } else {
+                self.skip(kind, 1)?;
+            }
+        }
+        Some(found)
+    }
+
+    /// Skips a value of compact type `kind` (a field's: booleans live in the field's header).
+    fn skip(&mut self, kind: u8, depth: u32) -> Option<()> {
+        match kind {
+            1 | 2 => Some(()),
+            _ => self.skip_value(kind, depth),
+        }
+    }
+
+    /// Skips a value of compact type `kind` in a collection (booleans take a byte there).
+    fn skip_value(&mut self, kind: u8, depth: u32) -> Option<()> {
+        if depth > MOST_DEPTH {
+            return None;
+        }
+        match kind {
+            1..=3 => self.advance(1),
+            4..=6 => self.varint().map(drop),
+            7 => self.advance(8),
+            8 => {
+                let n = self.varint()?;
+                self.advance(n)
+            }
+            9 | 10 => {
+                let head = self.byte()?;
+                let n = match head >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                // Every element takes a byte at least: the loop ends with the bytes.
+                for _ in 0..n {
+                    self.skip_value(head & 0x0f, depth + 1)?;
+                }
+                Some(())
+            }
+            11 => {
+                let n = self.varint()?;
+                if n == 0 {
+                    return Some(());
+                }
+                let kinds = self.byte()?;
+                for _ in 0..n {
+                    self.skip_value(kinds >> 4, depth + 1)?;
+                    self.skip_value(kinds & 0x0f, depth + 1)?;
+                }
+                Some(())
+            }
+            STRUCT => {
+                let mut fields = Fields::default();
+                while let Some((_, kind)) = fields.next(self)? {
+                    self.skip(kind, depth + 1)?;
+                }
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zigzag(v: i64) -> Vec<u8> {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        let mut out = Vec::new();
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    /// A page header (type, sizes, then a page header struct holding a count and a list)
+    /// followed by `compressed` bytes of data: a data page, or a dictionary page of `values`.
+    fn page(uncompressed: i64, compressed: i64, dictionary: Option<i64>) -> Vec<u8> {
+        let mut out = vec![0x15];
+        out.extend(zigzag(if dictionary.is_some() { 2 } else { 0 }));
+        out.push(0x15);
+        out.extend(zigzag(uncompressed));
+        out.push(0x15);
+        out.extend(zigzag(compressed));
+        // Field 5 (data page) or 7 (dictionary page), a struct: field 1 i32, field 2 a list
+        // of two i32s, then its stop.
+        out.push(if dictionary.is_some() { 0x4c } else { 0x2c });
+        out.push(0x15);
+        out.extend(zigzag(dictionary.unwrap_or(10)));
+        out.push(0x19);
+        out.push(0x25);
+        out.extend(zigzag(1));
+        out.extend(zigzag(2));
+        out.push(0x00);
+        out.push(0x00);
+        out.extend(std::iter::repeat_n(7u8, usize::try_from(compressed).unwrap_or(0)));
+        out
+    }
+
+    #[test]
+    fn every_page_of_a_chunk_is_read_past_its_data() {
+        let one = page(100, 4, None);
+        let h = header(&one).unwrap();
+        assert_eq!((h.uncompressed, h.compressed, h.dictionary_values), (100, 4, None));
+        assert_eq!(h.len + 4, one.len(), "the header ends where its data starts");
+        let dictionary = page(400, 400, Some(100));
+        assert_eq!(header(&dictionary).unwrap().dictionary_values, Some(100));
+        let fits = [dictionary, page(100, 4, None), page(SLACK as i64 + 3 * 1_100, 3, None)].concat();
+        assert_eq!(check(&fits, 32), Ok(()));
+        let chunk = [fits.clone(), page(1 << 30, 2, None)].concat();
+        let refused = check(&chunk, 32).unwrap_err();
+        assert!(refused.contains("page 3") && refused.contains("1073741824"), "{refused}");
+    }
+
+    #[test]
+    fn a_page_is_held_to_the_bytes_the_chunk_has_for_it() {
+        // Claims 1 MiB compressed, of which the chunk holds 10 bytes.
+        let mut cut = page(SLACK as i64 + 100 * 1_100, 1 << 20, None);
+        let header_len = header(&cut).unwrap().len;
+        cut.truncate(header_len + 10);
+        let refused = check(&cut, 8).unwrap_err();
+        assert!(refused.contains("from 10 compressed"), "{refused}");
+    }
+
+    #[test]
+    fn a_dictionary_holds_no_more_values_than_its_bytes() {
+        // 400 bytes: 100 byte arrays (4 bytes of length each at least), 3,200 booleans.
+        assert_eq!(check(&page(400, 400, Some(100)), least_value_bits(PhysicalType::BYTE_ARRAY, 0)), Ok(()));
+        let refused = check(&page(400, 400, Some(101)), 32).unwrap_err();
+        assert!(refused.contains("claims 101 values") && refused.contains("(100)"), "{refused}");
+        assert_eq!(check(&page(400, 400, Some(3_200)), least_value_bits(PhysicalType::BOOLEAN, 0)), Ok(()));
+        // The found file's claim: 2^28 values in a few bytes.
+        assert!(check(&page(6, 6, Some(1 << 28)), 32).is_err());
+    }
+
+    #[test]
+    fn each_type_takes_its_least_bits() {
+        assert_eq!(least_value_bits(PhysicalType::BOOLEAN, 0), 1);
+        assert_eq!(least_value_bits(PhysicalType::INT64, 0), 64);
+        assert_eq!(least_value_bits(PhysicalType::INT96, 0), 96);
+        assert_eq!(least_value_bits(PhysicalType::FIXED_LEN_BYTE_ARRAY, 16), 128);
+        assert_eq!(least_value_bits(PhysicalType::FIXED_LEN_BYTE_ARRAY, -3), 1);
+        assert_eq!(least_value_bits(PhysicalType::FIXED_LEN_BYTE_ARRAY, 0), 1);
+    }
+
+    #[test]
+    fn what_does_not_parse_is_left_to_the_crate() {
+        assert_eq!(check(&[], 8), Ok(()));
+        assert_eq!(check(&[0x15], 8), Ok(()), "cut short");
+        assert_eq!(check(&[0x0f, 0x00], 8), Ok(()), "an unknown type");
+        assert_eq!(check(&[0x00], 8), Ok(()), "no sizes");
+        let negative = page(-5, 4, None);
+        assert_eq!(check(&negative, 8), Ok(()), "the crate refuses a negative size itself");
+        // A list claiming more elements than there are bytes ends with them.
+        assert_eq!(check(&[0x19, 0xf5, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x02], 8), Ok(()));
+        // Structs nested past the limit.
+        assert_eq!(check(&[0x1c; 64], 8), Ok(()));
+    }
+}
