@@ -78,7 +78,8 @@ pub(super) fn read(
                 format!("member of {size} bytes is larger than the 1 GiB limit"),
             ));
         }
-        let mut data = Vec::with_capacity(size as usize);
+        // Reserved up to what the shard holds: a header may claim more than follows it.
+        let mut data = Vec::with_capacity(size.min(object.size) as usize);
         entry.read_to_end(&mut data).map_err(bad)?;
         let (sample, ext) = split_member(&path);
         if sample.starts_with('.') || sample.is_empty() {
