@@ -1,4 +1,4 @@
-//! The `tfrecord` and `csv` sources and WebP decoding, over local files.
+//! The `tfrecord`, `csv` and `parquet` sources and WebP decoding, over local files.
 //!
 //! TFRecord parity: `fixtures/tfrecord/` holds files TensorFlow wrote and `expected.json`, what
 //! `tf.data.TFRecordDataset` and `tf.train.Example` read from them (`generate.py` makes both);
@@ -220,6 +220,38 @@ fn a_damaged_gzip_tfrecord_is_an_error_not_a_panic() {
     let spec = source_spec(&path, serde_json::json!({"format": "tfrecord", "compression": "gzip"}));
     let err = read_all(&spec).unwrap_err().to_string();
     assert!(err.contains("compression: none"), "{err}");
+}
+
+#[test]
+fn a_parquet_dictionary_claiming_more_values_than_its_bytes_is_refused_before_decoding() {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("words.parquet");
+    let column: ArrayRef = std::sync::Arc::new(StringArray::from(vec!["a", "b", "a", "b"]));
+    let batch = RecordBatch::try_from_iter([("text", column)]).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    let original = writer.into_inner().unwrap();
+    let spec = source_spec(&path, serde_json::json!({"format": "parquet"}));
+    std::fs::write(&path, &original).unwrap();
+    assert_eq!(read_all(&spec).unwrap().len(), 4, "the file as written reads");
+
+    // The column chunk starts after `PAR1` with its dictionary page: type 2 (`0x15 0x04`), the
+    // sizes, then the dictionary page header (field 7, a struct) whose first field is the count
+    // of values, 2 (zigzag 4). Claim 63 (the most one byte holds) in the page's 10 bytes.
+    assert_eq!(original[4..6], [0x15, 0x04], "a dictionary page first");
+    let at = (6..40)
+        .find(|&i| matches!(original[i], 0x3c | 0x4c) && original[i + 1..i + 3] == [0x15, 0x04])
+        .expect("the dictionary page header's count")
+        + 2;
+    let mut bytes = original.clone();
+    bytes[at] = 0x7e;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = read_all(&spec).unwrap_err().to_string();
+    assert!(
+        err.contains("words.parquet") && err.contains("dictionary page") && err.contains("claims 63 values"),
+        "{err}"
+    );
 }
 
 /// A pipeline spec over `path` with the given source fields, for the catalog.
