@@ -13,8 +13,9 @@
 //!   in its uncompressed bytes.
 //!
 //! So each page costs at most a fixed multiple of its bytes and of [`SLACK`]. The headers are
-//! thrift's compact protocol: only those fields are read, the rest skipped; a header that does
-//! not parse stops the check, and the crate reports it.
+//! thrift's compact protocol, read here because the crate keeps its page header type to itself
+//! (`pub(crate)` in 60.1): only those fields are read, the rest skipped; a header that does not
+//! parse stops the check, and the crate reports it.
 
 use parquet::basic::Type as PhysicalType;
 
