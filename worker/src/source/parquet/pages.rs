@@ -108,7 +108,7 @@ fn header(bytes: &[u8]) -> Option<Header> {
             (UNCOMPRESSED_SIZE, I32) => uncompressed = u64::try_from(c.zigzag()?).ok(),
             (COMPRESSED_SIZE, I32) => compressed = u64::try_from(c.zigzag()?).ok(),
             // `DictionaryPageHeader`: its field 1 is `num_values`.
-            (DICTIONARY_PAGE_HEADER, STRUCT) => dictionary_values = Some(c.first_i32(1)?),
+            (DICTIONARY_PAGE_HEADER, STRUCT) => dictionary_values = Some(c.struct_i32(1)?),
             _ => c.skip(kind, 0)?,
         }
     }
@@ -130,7 +130,8 @@ impl Fields {
         }
         self.last = match head >> 4 {
             0 => c.zigzag()?,
-            delta => self.last + i64::from(delta),
+            // An id past i64's range is not a page header (and must not overflow).
+            delta => self.last.checked_add(i64::from(delta))?,
         };
         Some(Some((self.last, head & 0x0f)))
     }
@@ -173,7 +174,7 @@ impl Cursor<'_> {
 
     /// Reads a struct to its end and gives its i32 field `id` (0 when absent or negative: the
     /// crate refuses such a header itself).
-    fn first_i32(&mut self, id: i64) -> Option<u64> {
+    fn struct_i32(&mut self, id: i64) -> Option<u64> {
         let mut fields = Fields::default();
         let mut found = 0;
         while let Some((field, kind)) = fields.next(self)? {
@@ -343,5 +344,11 @@ mod tests {
         assert_eq!(check(&[0x19, 0xf5, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x02], 8), Ok(()));
         // Structs nested past the limit.
         assert_eq!(check(&[0x1c; 64], 8), Ok(()));
+        // A field id given in full as i64's largest, then one more by delta.
+        let mut past = vec![0x05];
+        past.extend(zigzag(i64::MAX));
+        past.extend(zigzag(1));
+        past.extend([0x15, 0x02, 0x00]);
+        assert_eq!(check(&past, 8), Ok(()), "ids past i64's range do not parse");
     }
 }
