@@ -244,6 +244,7 @@ impl Engine {
                 ImagePlanning::of(&configs[last.first..], options.image_path).map(|planning| ClientImages {
                     stage: stages.len() - 1,
                     op: planning.op,
+                    maker: planning.maker,
                     padding: Arc::new(crate::batch::Padding {
                         fields: vec![planning.field.clone()],
                         multiple_of: 1,

@@ -6,7 +6,7 @@
 mod support;
 
 use granary_worker::cache::CacheOutcome;
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::{Batch, Engine, EngineOptions};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -89,7 +89,7 @@ fn tasks(engine: &Engine, epoch: u32, cache: impl Fn(usize) -> CacheUse) -> Vec<
     engine
         .split_order(epoch)
         .into_iter()
-        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
+        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: ClientShare::NONE })
         .collect()
 }
 

@@ -9,7 +9,7 @@ mod support;
 use bytes::Bytes;
 use granary_store::cache::{CacheStore, Fingerprint};
 use granary_worker::cache::CacheOutcome;
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::store::memory_store;
 use granary_worker::{Batch, Engine, EngineOptions};
 use object_store::ObjectStoreExt;
@@ -144,7 +144,7 @@ fn run(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> Served {
     let tasks: Vec<Task> = engine
         .split_order(0)
         .into_iter()
-        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: false })
+        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: ClientShare::NONE })
         .collect();
     let mut batches = Vec::new();
     let mut outcomes = Vec::new();

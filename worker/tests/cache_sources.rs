@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use granary_store::cache::CacheStore;
 use granary_worker::cache::CacheOutcome;
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::store::memory_store;
 use granary_worker::{Batch, Engine, EngineOptions};
 use object_store::ObjectStoreExt;
@@ -119,7 +119,7 @@ fn run(
 ) -> (Comparable, Vec<(usize, u64, CacheOutcome)>) {
     let tasks: Vec<Task> = splits
         .into_iter()
-        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
+        .map(|split| Task { epoch, split, cache: cache(split), images_on_client: ClientShare::NONE })
         .collect();
     let mut batches = Vec::new();
     let mut done = Vec::new();

@@ -4,7 +4,7 @@
 
 mod support;
 
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::{Batch, Engine, EngineOptions};
 use std::path::Path;
 
@@ -42,7 +42,7 @@ fn served(manifest: &granary_crds::Manifest) -> Engine {
     Engine::open(manifest, options).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn run(engine: &Engine, images_on_client: bool) -> Vec<Batch> {
+fn run(engine: &Engine, images_on_client: ClientShare) -> Vec<Batch> {
     let tasks: Vec<Task> = engine
         .split_order(0)
         .into_iter()
@@ -77,7 +77,7 @@ fn planned_rows_make_the_images_the_worker_would_have_made() {
         let engine = served(&manifest("client-images", stages, ""));
         let output = engine.planned_output().expect("the pipeline ends in a fused image run").clone();
         assert_eq!((output.field.as_str(), output.height, output.width), ("image", 12, 12));
-        let (pixels, planned) = (run(&engine, false), run(&engine, true));
+        let (pixels, planned) = (run(&engine, ClientShare::NONE), run(&engine, ClientShare::ALL));
         assert_eq!(pixels.len(), planned.len());
         for (p, q) in pixels.iter().zip(&planned) {
             assert_eq!(p.keys, q.keys, "the same elements in the same order");
@@ -86,6 +86,41 @@ fn planned_rows_make_the_images_the_worker_would_have_made() {
             assert_eq!(&made(q, 12, 12), want, "{stages}: batch of {:?}", q.keys);
             assert_eq!(p.tensor("label"), q.tensor("label"));
         }
+    }
+}
+
+/// The kind byte of each of `batch`'s `image` rows.
+fn kinds(batch: &Batch) -> Vec<u8> {
+    let image = batch.tensor("image").expect("image");
+    let offsets = batch.ragged.as_ref().expect("planned rows are ragged").offsets(1);
+    (0..batch.len()).map(|i| image.data[offsets[i]]).collect()
+}
+
+/// A task whose consumer makes a share of its images plans that share, spread over the split,
+/// and makes the rest into rows of pixels: the batches make the same bytes either way.
+#[test]
+fn a_share_of_a_tasks_images_is_planned_and_the_rest_made() {
+    use granary_image::row::{PIXELS, PLANNED};
+    support::dataset("client-images-share", 24);
+    // Images of 48×48 pixels: larger than every JPEG, so that each can be planned.
+    let stages = "    - op: image.decode
+    - {op: image.random_resized_crop, size: 48}
+    - op: image.flip";
+    let engine = served(&manifest("client-images-share", stages, ""));
+    let pixels = run(&engine, ClientShare::NONE);
+    for (share, planned_of_8) in [(0.25, 2), (0.5, 4), (1.0, 8)] {
+        let mixed = run(&engine, ClientShare::of(share));
+        assert_eq!(pixels.len(), mixed.len());
+        let mut planned = 0;
+        for (p, q) in pixels.iter().zip(&mixed) {
+            assert_eq!(p.keys, q.keys);
+            assert_eq!(&made(q, 48, 48), &p.tensor("image").unwrap().data, "share {share}: {:?}", q.keys);
+            let kinds = kinds(q);
+            assert!(kinds.iter().all(|&k| k == PIXELS || k == PLANNED));
+            planned += kinds.iter().filter(|&&k| k == PLANNED).count();
+        }
+        // Three splits of 8 images, each with its share planned.
+        assert_eq!(planned, 3 * planned_of_8, "share {share}");
     }
 }
 
@@ -102,7 +137,7 @@ fn only_tasks_that_compute_the_run_plan_it() {
     - {op: filter, predicate: image.min_size, minWidth: 1}";
     for (stages, extra) in [(own, ""), (after, ""), (TRAIN, "  errors: {policy: skip}\n")] {
         let engine = served(&manifest("client-images-not", stages, extra));
-        let batches = run(&engine, true);
+        let batches = run(&engine, ClientShare::ALL);
         assert!(!batches.is_empty());
         assert!(batches.iter().all(|b| b.ragged.is_none()), "{stages} {extra}: pixels, not plans");
     }

@@ -8,7 +8,7 @@ mod support;
 
 use bytes::Bytes;
 use granary_crds::ops::Tokenize;
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::ops::text::tokenize::TokenizeOp;
 use granary_worker::ops::{BuildContext, BuildError, Operator};
 use granary_worker::seed::SeededRng;
@@ -199,7 +199,7 @@ fn a_cache_entry_written_before_a_filter_reads_back_as_computing() {
         cached
             .split_order(epoch)
             .into_iter()
-            .map(|split| Task { epoch, split, cache: cache(split), images_on_client: false })
+            .map(|split| Task { epoch, split, cache: cache(split), images_on_client: ClientShare::NONE })
             .collect()
     };
     // The entry holds every element at the cut: the listed count, not the filtered one.

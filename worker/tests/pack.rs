@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use granary_crds::ops::Tokenize;
-use granary_worker::executor::{CacheUse, Output, Task};
+use granary_worker::executor::{CacheUse, ClientShare, Output, Task};
 use granary_worker::ops::text::tokenize::TokenizeOp;
 use granary_worker::ops::{BuildContext, BuildError, Operator};
 use granary_worker::seed::SeededRng;
@@ -112,7 +112,7 @@ fn run_tasks(engine: &Engine, cache: impl Fn(usize) -> CacheUse) -> (Vec<Batch>,
     let tasks: Vec<Task> = engine
         .split_order(0)
         .into_iter()
-        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: false })
+        .map(|split| Task { epoch: 0, split, cache: cache(split), images_on_client: ClientShare::NONE })
         .collect();
     let mut batches = Vec::new();
     let mut counts = BTreeMap::new();

@@ -200,6 +200,7 @@ async fn start_stub(
         listed: 16,
         normalize_on_worker: false,
         images_on_client: false,
+        client_image_share: 0.0,
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stub = Stub { info, lease, forget_once, seen: Arc::clone(&seen), capability_key };

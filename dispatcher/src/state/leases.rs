@@ -303,6 +303,8 @@ impl State {
             listed,
             normalize_on_worker,
             images_on_client,
+            // Whole leases, for now: every image of a marked one.
+            client_image_share: 0.0,
         }
     }
 

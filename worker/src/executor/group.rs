@@ -16,7 +16,7 @@
 //! all). Its random stream still belongs to the block, and which members are left depends only
 //! on the elements and their own streams, so the output stays independent of threads and timing.
 
-use super::{ExecError, Member, Plan, Ran, StageTimes, Task, panicked, record};
+use super::{ExecError, ImageForm, Member, Plan, Ran, StageTimes, Task, panicked, record};
 use crate::contained::contained;
 use crate::ops::Fate;
 use crate::seed::{SeededRng, Stream};
@@ -208,14 +208,16 @@ fn advance(
     times: &StageTimes,
 ) -> Result<(), ExecError> {
     if let Some(cut) = p.cut.filter(|c| (p.at..=to).contains(c) && p.record.is_none()) {
-        if super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times, false)? == Fate::Drop {
+        if super::apply(plan, p.at..cut, &mut member.element, &mut p.rng, times, ImageForm::Made)?
+            == Fate::Drop
+        {
             p.kept = false;
             return Ok(());
         }
         p.record = Some(record::to_bytes(&member.element));
         p.at = cut;
     }
-    if super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times, false)? == Fate::Drop {
+    if super::apply(plan, p.at..to, &mut member.element, &mut p.rng, times, ImageForm::Made)? == Fate::Drop {
         p.kept = false;
         return Ok(());
     }

@@ -33,6 +33,7 @@
 
 mod assemble;
 mod cached;
+mod client_share;
 mod group;
 mod pack;
 mod shuffle;
@@ -46,6 +47,7 @@ use crate::element::Element;
 use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
+pub use client_share::ClientShare;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use shuffle::ShuffleBuffer;
 use std::sync::Arc;
@@ -101,8 +103,11 @@ pub struct Plan {
 pub struct ClientImages {
     /// Index in [`Plan::stages`] of the fused run (the last stage).
     pub stage: usize,
-    /// The planning operator, run in its place.
+    /// The planning operator, run in its place on the images the consumer makes.
     pub op: Box<dyn Operator>,
+    /// The operator that makes an image as the fused run does and puts its pixels in a row,
+    /// run in its place on the rest of such a task's images.
+    pub maker: Box<dyn Operator>,
     /// The field's rows differ in length: batches keep them ragged, as `spec.batch.pad` does.
     pub padding: Arc<crate::batch::Padding>,
     /// The images the consumer makes from the rows.
@@ -155,7 +160,7 @@ impl Plan {
     /// computed elements. Nor does a pipeline whose stages take groups or pack (its elements do
     /// not go through the stages one at a time), or that skips the elements a stage fails on.
     pub fn plans_images(&self, task: Task) -> bool {
-        let Some(images) = self.client_images.as_ref().filter(|_| task.images_on_client) else {
+        let Some(images) = self.client_images.as_ref().filter(|_| !task.images_on_client.is_none()) else {
             return false;
         };
         // Under `spec.errors.policy: skip`, an image whose decode fails is dropped, which only
@@ -170,11 +175,24 @@ impl Plan {
         }
     }
 
-    /// The operator of `stages[i]` for `task`: the planning form of the image run for a task
-    /// whose images the consumer makes ([`Plan::plans_images`], decided once per task).
-    fn op(&self, i: usize, plans_images: bool) -> &dyn Operator {
-        match &self.client_images {
-            Some(images) if plans_images && images.stage == i => images.op.as_ref(),
+    /// How element `index` of `task` goes through the image run: planned or made into a row
+    /// for a task whose images the consumer makes ([`Plan::plans_images`]), as its share
+    /// marks it; else made.
+    fn image_form(&self, task: Task, index: u64) -> ImageForm {
+        if !self.plans_images(task) {
+            ImageForm::Made
+        } else if task.images_on_client.marks(index) {
+            ImageForm::Planned
+        } else {
+            ImageForm::Row
+        }
+    }
+
+    /// The operator of `stages[i]` for an element whose image run takes `form`.
+    fn op(&self, i: usize, form: ImageForm) -> &dyn Operator {
+        match (&self.client_images, form) {
+            (Some(images), ImageForm::Planned) if images.stage == i => images.op.as_ref(),
+            (Some(images), ImageForm::Row) if images.stage == i => images.maker.as_ref(),
             _ => self.stages[i].op.as_ref(),
         }
     }
@@ -187,6 +205,17 @@ impl Plan {
         }
         self.stages.iter().position(|s| s.first == cut)
     }
+}
+
+/// How one element goes through the pipeline's final fused image run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ImageForm {
+    /// Made, its pixels in the field (every element of a task the worker makes all of).
+    Made,
+    /// Planned for the consumer: the plan and the JPEG in a row.
+    Planned,
+    /// Made here, its pixels in a row beside the planned ones of its task.
+    Row,
 }
 
 /// Elements per group for stages that gather element-wise calls ([`Operator::gathers`]): one
@@ -226,15 +255,16 @@ pub struct Task {
     pub split: usize,
     /// Whether it writes or reads the cache.
     pub cache: CacheUse,
-    /// The consumer makes the images of the pipeline's final fused image run: they are planned
-    /// and sent with their JPEG (see [`Plan::plans_images`]).
-    pub images_on_client: bool,
+    /// The share of the images of the pipeline's final fused image run the consumer makes:
+    /// those are planned and sent with their JPEG, the rest made and sent as rows of pixels
+    /// beside them (see [`Plan::plans_images`]).
+    pub images_on_client: ClientShare,
 }
 
 impl Task {
     /// A task that computes split `split` of epoch `epoch`.
     pub fn compute(epoch: u32, split: usize) -> Task {
-        Task { epoch, split, cache: CacheUse::Compute, images_on_client: false }
+        Task { epoch, split, cache: CacheUse::Compute, images_on_client: ClientShare::NONE }
     }
 }
 
@@ -807,7 +837,8 @@ fn compute(
             Work::SplitEnd { seq, task, split_id, read } => Done::SplitEnd { seq, task, split_id, read },
             Work::Element { seq, task, split_id, index, start, mut element, permit } => {
                 let mut rng = SeededRng::for_element(plan.seed, u64::from(task.epoch), split_id, index);
-                match run_element(plan, task, start, &mut element, &mut rng, times) {
+                let form = plan.image_form(task, index);
+                match run_element(plan, task, start, &mut element, &mut rng, times, form) {
                     Ok(ran) => Done::of(seq, task, split_id, element, ran, permit),
                     Err(error) => Done::Failed { seq, error },
                 }
@@ -828,9 +859,9 @@ fn run_element(
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
+    images: ImageForm,
 ) -> Result<Ran, ExecError> {
     let n = plan.element_stages();
-    let images = plan.plans_images(task);
     let ran = match write_cut(plan, task, start) {
         None => match apply(plan, start.min(n)..n, element, rng, times, images) {
             Ok(fate) => Ran { fate, record: None, skipped: None },
@@ -878,21 +909,21 @@ pub(super) fn panicked(why: String) -> OpError {
     ))
 }
 
-/// Runs `stages` on an element in order; stops at the first that drops it. With
-/// `plans_images` ([`Plan::plans_images`] of the element's task), the image run is planned.
+/// Runs `stages` on an element in order; stops at the first that drops it. The image run
+/// takes `images` ([`Plan::image_form`] of the element).
 fn apply(
     plan: &Plan,
     stages: std::ops::Range<usize>,
     element: &mut Element,
     rng: &mut SeededRng,
     times: &StageTimes,
-    plans_images: bool,
+    images: ImageForm,
 ) -> Result<Fate, ExecError> {
     let mut start = Instant::now();
     for ((i, stage), nanos) in
         plan.stages.iter().enumerate().skip(stages.start).take(stages.len()).zip(&times.nanos[stages])
     {
-        let op = plan.op(i, plans_images);
+        let op = plan.op(i, images);
         let fate =
             contained(|| op.run(element, rng)).unwrap_or_else(|why| Err(panicked(why))).map_err(|e| {
                 ExecError::Op {

@@ -6,7 +6,7 @@
 //! seeded stream (`(seed, epoch, split, row)`), so a recomputed split yields the same rows; the
 //! split's count is its rows that the later stages kept.
 
-use super::{ExecError, Plan, StageTimes, Task, apply};
+use super::{ExecError, ImageForm, Plan, StageTimes, Task, apply};
 use crate::element::Element;
 use crate::ops::Fate;
 use crate::ops::text::pack::{PackedRow, Packer};
@@ -86,7 +86,7 @@ impl SplitPack {
             self.rows += 1;
             let mut element = op.row_element(split_id, index, row);
             let mut rng = SeededRng::new(plan.seed, Stream::Row, &[u64::from(task.epoch), split_id, index]);
-            if apply(plan, self.stage + 1..plan.stages.len(), &mut element, &mut rng, times, false)?
+            if apply(plan, self.stage + 1..plan.stages.len(), &mut element, &mut rng, times, ImageForm::Made)?
                 == Fate::Keep
             {
                 rows.push(element);

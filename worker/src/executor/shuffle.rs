@@ -78,7 +78,6 @@ pub(super) fn files_in_shuffled_order(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::CacheUse;
 
     fn plan(buffer: usize) -> Plan {
         Plan {
@@ -98,7 +97,7 @@ mod tests {
 
     #[test]
     fn the_order_of_positions_is_the_order_elements_leave_in() {
-        let task = Task { epoch: 1, split: 3, cache: CacheUse::Compute, images_on_client: false };
+        let task = Task::compute(1, 3);
         for (buffer, n) in [(1, 10), (4, 10), (10, 10), (64, 10), (3, 0)] {
             let plan = plan(buffer);
             let order = ShuffleBuffer::<u64>::new(&plan, task, 3).map(|b| b.order(n)).unwrap_or_default();

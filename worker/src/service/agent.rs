@@ -206,6 +206,7 @@ impl Agent {
             pipeline: self.config.pipeline.clone(),
             cores: self.config.cores,
             metrics_address: self.config.metrics_address.clone(),
+            plans_image_shares: true,
         };
         let again = !request.worker_id.is_empty();
         let response = self.client().register_worker(request).await?.into_inner();

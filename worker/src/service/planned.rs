@@ -9,7 +9,7 @@ use granary_proto::v1::{ImageRows, Tensor};
 
 /// Marks the planned rows among `tensors` (the field, carried ragged) for the consumer to make:
 /// their lengths move to `images`, and the shape and dtype become the images'. Returns the
-/// images planned.
+/// rows marked (the planned images, and any made here beside them).
 pub(crate) fn to_wire(tensors: &mut [Tensor], output: &PlannedOutput) -> u64 {
     let mut images = 0;
     for tensor in tensors.iter_mut().filter(|t| t.name == output.field) {

@@ -15,7 +15,7 @@ use crate::cache::EngineCache;
 use crate::cache::profile::{Limits, Profiler};
 use crate::contained::contained;
 use crate::engine::{Engine, EngineError, EngineOptions};
-use crate::executor::{CacheUse, Execution, Output, StageTimes, Task};
+use crate::executor::{CacheUse, ClientShare, Execution, Output, StageTimes, Task};
 use crate::source::read_ahead::ReadAhead;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use granary_crds::{InputPipeline, Manifest};
@@ -236,10 +236,7 @@ impl Producer {
         let inputs = lock(&self.inputs);
         let Some(inputs) = inputs.as_ref() else { return false };
         let Ok(split) = usize::try_from(lease.split) else { return false };
-        // The worker cannot normalize images it does not make: a lease that asks for both makes
-        // them here (the dispatcher never asks).
-        let images_on_client = lease.images_on_client && !lease.normalize_on_worker;
-        let task = Task { epoch: lease.epoch, split, cache, images_on_client };
+        let task = Task { epoch: lease.epoch, split, cache, images_on_client: client_share(&lease) };
         inputs.jobs.send(Job { lease, revoked }).is_ok() && inputs.feed.send(task).is_ok()
     }
 
@@ -247,6 +244,20 @@ impl Producer {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         lock(&self.inputs).take();
+    }
+}
+
+/// The share of a lease's images its consumers make: `client_image_share` of a lease that says
+/// `images_on_client` (all of them where a dispatcher that predates shares leaves it 0), none
+/// otherwise. The worker cannot normalize images it does not make: a lease that asks for both
+/// has them made here (the dispatcher never asks).
+fn client_share(lease: &Lease) -> ClientShare {
+    if !lease.images_on_client || lease.normalize_on_worker {
+        return ClientShare::NONE;
+    }
+    match lease.client_image_share {
+        share if share > 0.0 => ClientShare::of(share),
+        _ => ClientShare::ALL,
     }
 }
 

@@ -449,6 +449,7 @@ mod tests {
             listed: 10,
             normalize_on_worker: false,
             images_on_client: false,
+            client_image_share: 0.0,
         }
     }
 

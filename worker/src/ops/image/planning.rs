@@ -8,6 +8,10 @@
 //! is made here, as the fused operator makes it, and travels as pixels; so is one whose JPEG
 //! is larger than its pixels, so that the wire never carries more than it would have.
 //!
+//! A task whose consumer makes only a share of its images (`Lease.client_image_share`) runs
+//! [`ImagePlanning::maker`] on the rest: it makes each image as the fused operator does and
+//! puts its pixels in a row, so that the task's batches hold rows of both kinds.
+//!
 //! The rows differ in length, so their batches are ragged along the field's first axis, as
 //! `spec.batch.pad`'s are; the worker's delivery turns them into `Tensor.images`.
 
@@ -30,8 +34,11 @@ enum Fused {
 
 /// The planning form of a pipeline's final fused image run.
 pub struct ImagePlanning {
-    /// Runs in place of the fused operator for tasks whose images the consumer makes.
+    /// Runs in place of the fused operator on the images the consumer makes.
     pub op: Box<dyn Operator>,
+    /// Runs in place of the fused operator on the other images of a task whose consumer makes
+    /// a share of them: makes the image and puts its pixels in a row.
+    pub maker: Box<dyn Operator>,
     /// The image field.
     pub field: String,
     /// The images' output height.
@@ -61,17 +68,21 @@ impl ImagePlanning {
         if used != configs.len() {
             return None;
         }
-        let op = PlanningOp { fused, field: field.clone(), height, width };
-        Some(ImagePlanning { op: Box::new(op), field, height, width })
+        let op = PlanningOp { fused, field: field.clone(), height, width, make: false };
+        let maker = PlanningOp { make: true, ..op.clone() };
+        Some(ImagePlanning { op: Box::new(op), maker: Box::new(maker), field, height, width })
     }
 }
 
 /// The fused operator's planning form: see the module's documentation.
+#[derive(Clone, Debug)]
 struct PlanningOp {
     fused: Fused,
     field: String,
     height: usize,
     width: usize,
+    /// Make every image here and send its pixels as a row ([`ImagePlanning::maker`]).
+    make: bool,
 }
 
 impl PlanningOp {
@@ -99,11 +110,13 @@ impl PlanningOp {
     }
 
     fn process(&self, element: &mut Element, rng: &mut SeededRng, filter: bool) -> Result<Fate, OpError> {
-        let row = match self.plan(element, rng, filter)? {
+        let planned =
+            if self.make { (Planned::Unplannable, Vec::new()) } else { self.plan(element, rng, filter)? };
+        let row = match planned {
             (Planned::Image(_), row) => row,
             (Planned::Dropped, _) => return Ok(Fate::Drop),
-            // Nothing was drawn for an image that cannot be planned: the fused operator makes
-            // it with the same draws.
+            // Nothing was drawn for an image that cannot be planned, or that is made here: the
+            // fused operator makes it with the same draws.
             (Planned::Unplannable, _) => {
                 let fate = match &self.fused {
                     Fused::Crop(op) if filter => op.run(element, rng)?,
@@ -223,7 +236,9 @@ mod tests {
                         let mut made = element.clone();
                         let rng = || SeededRng::new(seed, Stream::SplitOrder, &[i as u64]);
                         assert_eq!(fused.run(&mut made, &mut rng()).unwrap(), Fate::Keep);
+                        let mut row_made = element.clone();
                         assert_eq!(planning.op.run(&mut element, &mut rng()).unwrap(), Fate::Keep);
+                        assert_eq!(planning.maker.run(&mut row_made, &mut rng()).unwrap(), Fate::Keep);
                         let Some(Value::Tensor(Tensor { data: TensorData::U8(row), .. })) =
                             element.get("image")
                         else {
@@ -238,6 +253,14 @@ mod tests {
                             panic!("no pixels")
                         };
                         assert_eq!(&out, pixels, "{yaml}, image {i}, seed {seed}");
+                        // The maker's row holds the same pixels, made here.
+                        let Some(Value::Tensor(Tensor { data: TensorData::U8(row), .. })) =
+                            row_made.get("image")
+                        else {
+                            panic!("no row made")
+                        };
+                        assert_eq!(row[0], PIXELS);
+                        assert_eq!(&row[1..], pixels.as_slice(), "{yaml}, image {i}, seed {seed}");
                     }
                 }
             }
