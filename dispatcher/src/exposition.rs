@@ -122,8 +122,8 @@ impl Exposition {
             )?,
             image_share: gauges(
                 "granary_dispatcher_job_image_share",
-                "Share of the trainer job's leases whose images its trainers' hosts make from the \
-                 workers' plans (placement of the image run), 0 to 1.",
+                "Share of the trainer job's images its trainers' hosts make from the workers' plans \
+                 (placement of the image run), 0 to 1.",
                 &JOB,
             )?,
             batches: counters(

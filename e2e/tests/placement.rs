@@ -36,16 +36,27 @@ fn placement(metrics: &str) -> Option<Placement> {
 /// Collects batches until the job's placement is `want`, within `timeout`, and returns how long
 /// that took; panics with the last placement seen otherwise.
 fn until(consumer: &mut Consumer, metrics: &str, want: Placement, timeout: Duration) -> Duration {
+    until_that(consumer, metrics, &format!("{want:?}"), |p| p == want, timeout)
+}
+
+/// [`until`] a placement for which `holds` is true, described by `what`.
+fn until_that(
+    consumer: &mut Consumer,
+    metrics: &str,
+    what: &str,
+    holds: impl Fn(Placement) -> bool,
+    timeout: Duration,
+) -> Duration {
     let start = Instant::now();
     let mut last = None;
     while start.elapsed() < timeout {
         consumer.collect(consumer.seen.len() + 1_000, Duration::from_millis(250));
         last = placement(metrics);
-        if last == Some(want) {
+        if last.is_some_and(&holds) {
             return start.elapsed();
         }
     }
-    panic!("placement {last:?} after {timeout:?}, not {want:?}");
+    panic!("placement {last:?} after {timeout:?}, not {what}");
 }
 
 /// Lets leases placed before settle out for `settle`, then collects for `window` and returns the
@@ -146,6 +157,19 @@ fn images_and_normalization_follow_the_trainer_hosts_idle_cores() {
 
     // Room again, 1.5 cores: enough for the normalization (it comes back for its own cost, not
     // the images' the client made before), and above the share's band, so the images follow.
+    // Held at their first step (the host then reports idle cores within the band): every lease
+    // has a share of its images made by the client and the rest sent as pixels, so the wire
+    // carries less than pixels and more than JPEGs, with the same bytes.
+    std::fs::write(&idle, "1.5").expect("idle file");
+    let some = |p: Placement| p.image_share > 0.0 && p.image_share < 1.0 && !p.normalize_on_worker;
+    until_that(&mut consumer, &metrics, "a share of the images on the client", some, Duration::from_secs(30));
+    std::fs::write(&idle, "1.0").expect("idle file");
+    let held = window(&mut consumer, Duration::from_secs(2), Duration::from_secs(2));
+    let share = placement(&metrics).map(|p| p.image_share).unwrap_or(f64::NAN);
+    assert!(share > 0.0 && share < 1.0, "the share held within the band: {share}");
+    let mixed = wire_per_element(&held);
+    assert!(mixed > jpegs && mixed < PIXELS, "a share of {share}: {mixed} bytes an element on the wire");
+    assert_same_bytes(&data.manifest, &held, "a share of the images on the client");
     std::fs::write(&idle, "1.5").expect("idle file");
     let rise_again = until(&mut consumer, &metrics, on_client, Duration::from_secs(90));
     let back = wire_per_element(&window(&mut consumer, Duration::from_secs(2), Duration::from_secs(2)));
@@ -157,6 +181,7 @@ fn images_and_normalization_follow_the_trainer_hosts_idle_cores() {
     assert_exactly_once(&consumer.seen, &data.keys, last);
     eprintln!(
         "to the client in {rise:.1?}, to the worker in {fall:.1?}, back in {rise_again:.1?}; wire bytes an \
-         element: {jpegs} (images on the client), {floats} (on the worker), {back} (back); {last} whole epochs"
+         element: {jpegs} (images on the client), {floats} (on the worker), {mixed} (a share of {share:.3} on the \
+         client), {back} (back); {last} whole epochs"
     );
 }

@@ -5,8 +5,9 @@
 //! consumers make the images: the workers plan each one from its JPEG header and send the plan
 //! with the JPEG, and the client executes the plan with the workers' own code (the same bytes).
 //! The decode is most of an image pipeline's CPU, so a trainer's idle cores add to the workers'
-//! (Pecan, ATC'24). The unit is a lease: the dispatcher marks a share of a job's leases for its
-//! clients.
+//! (Pecan, ATC'24). The dispatcher gives every lease the job's share, and the worker plans that
+//! share of the split's images, spread over its elements; a worker that cannot (an older one) is
+//! given a share of the leases instead, marked by [`ShareMarks`].
 //!
 //! The rule, per job, from its consumers' heartbeats:
 //! - a consumer that does not execute plans, or asks for none, keeps every image on the

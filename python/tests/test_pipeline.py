@@ -167,7 +167,7 @@ def test_trainer_step_and_wait_times_reach_the_dispatcher(service):
 
 
 def image_share(service, job: str) -> float | None:
-    """The dispatcher's share of `job`'s leases whose images its trainers' hosts make."""
+    """The dispatcher's share of `job`'s images its trainers' hosts make."""
     with urllib.request.urlopen(f"http://{service.metrics}/metrics", timeout=5) as response:
         text = response.read().decode()
     for line in text.splitlines():

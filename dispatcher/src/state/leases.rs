@@ -41,6 +41,7 @@ impl State {
                 last_seen: now,
                 leases: BTreeSet::new(),
                 metrics: None,
+                plans_image_shares: req.plans_image_shares,
             },
         );
         let mut revoked = Vec::new();
@@ -264,13 +265,14 @@ impl State {
         let count_first = parts.is_none();
         let cache = self.cache_task(pipeline, replay.split, replay.only.is_some(), id, now);
         // A split that writes a cache entry makes its images (the entry holds computed elements),
-        // and takes none of the job's share of marks.
-        let images_on_client = cache.mode != pb::CacheMode::Write as i32
-            && self
-                .pipelines
-                .get_mut(pipeline)
-                .and_then(|p| p.jobs.get_mut(job_name))
-                .is_some_and(|job| job.images_on_client());
+        // and takes none of the job's share.
+        let shares = self.workers.get(worker).is_some_and(|w| w.plans_image_shares);
+        let client_image_share = match self.pipelines.get_mut(pipeline).and_then(|p| p.jobs.get_mut(job_name))
+        {
+            Some(job) if cache.mode != pb::CacheMode::Write as i32 => job.client_image_share(shares),
+            _ => 0.0,
+        };
+        let images_on_client = client_image_share > 0.0;
         let normalize_on_worker = normalize_on_worker && !images_on_client;
         self.count_splits(pipeline, |c| c.leased += 1);
         self.leases.insert(
@@ -303,8 +305,8 @@ impl State {
             listed,
             normalize_on_worker,
             images_on_client,
-            // Whole leases, for now: every image of a marked one.
-            client_image_share: 0.0,
+            // An older worker reads only `images_on_client`.
+            client_image_share: if shares { client_image_share as f32 } else { 0.0 },
         }
     }
 

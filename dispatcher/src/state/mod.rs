@@ -347,14 +347,14 @@ pub(crate) struct Job {
     pub(crate) images: ImagePlacement,
 }
 
-/// A job's placement of its image run: the share of its leases marked for the consumers.
+/// A job's placement of its image run: the share of its images the consumers make.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ImagePlacement {
     /// The share (0 to 1).
     pub(crate) share: f64,
     /// When it last moved (the state's clock); `None` before it ever did.
     pub(crate) moved_at: Option<u64>,
-    /// Which leases are marked.
+    /// Which leases are marked for workers that take whole leases, not shares.
     pub(crate) marks: ShareMarks,
 }
 
@@ -417,6 +417,9 @@ pub(crate) struct WorkerEntry {
     pub(crate) last_seen: u64,
     pub(crate) leases: BTreeSet<u64>,
     pub(crate) metrics: Option<pb::WorkerMetrics>,
+    /// It plans a share of a split's images (`Lease.client_image_share`); an older worker gets
+    /// whole splits marked instead.
+    pub(crate) plans_image_shares: bool,
 }
 
 pub(crate) struct LeaseEntry {

@@ -1,7 +1,8 @@
 //! Placement of a job's final normalization (see `granary_policies::placement`) and of its
 //! image run (`granary_policies::image_placement`): decided at each of its consumers'
 //! heartbeats, from what their hosts reported, and carried by the job's leases
-//! (`Lease.normalize_on_worker` on every one, `Lease.images_on_client` on a share of them).
+//! (`Lease.normalize_on_worker` on every one; `Lease.images_on_client` with the share of the
+//! split's images in `Lease.client_image_share`, or on a share of them for older workers).
 
 use super::Job;
 use granary_policies::image_placement::{ImageWish, image_share};
@@ -86,10 +87,18 @@ impl Job {
         images.moved_at = Some(now);
     }
 
-    /// Whether the job's next lease has its consumers make its images.
-    pub(crate) fn images_on_client(&mut self) -> bool {
+    /// The share of the images of the job's next lease its consumers make: the job's share, to
+    /// a worker that plans shares of a split (`shares`), spread over the split's elements; else
+    /// all or none, the job's share spread over its leases.
+    pub(crate) fn client_image_share(&mut self, shares: bool) -> f64 {
         let share = self.images.share;
-        self.images.marks.next(share)
+        if shares {
+            if share > 0.0 { share.min(1.0) } else { 0.0 }
+        } else if self.images.marks.next(share) {
+            1.0
+        } else {
+            0.0
+        }
     }
 }
 
@@ -193,6 +202,37 @@ mod tests {
         let never = join_wanting(&mut s, "never", pb::ImagePlans::Never);
         beat(&mut s, &never, Some(8.0), 0.0, 1);
         assert_eq!(marks(&mut s, &w, 4, 2), [false; 4]);
+    }
+
+    #[test]
+    fn a_worker_that_plans_shares_gets_the_share_on_every_lease_and_an_older_one_whole_leases() {
+        let (mut s, old) = setup(400);
+        let req = pb::RegisterWorkerRequest {
+            address: "127.0.0.1:2".into(),
+            plans_image_shares: true,
+            ..Default::default()
+        };
+        let new = s.register_worker(&req, 0).unwrap().0;
+        let auto = join_wanting(&mut s, "auto", pb::ImagePlans::Auto);
+        let lease = s.lease(&new, 1).unwrap().unwrap();
+        assert!(!lease.images_on_client && lease.client_image_share == 0.0, "nothing measured yet");
+        // 4 idle cores: an eighth of the images, on each of the newer worker's leases.
+        beat(&mut s, &auto, Some(4.0), 0.0, 100);
+        for now in 101..105 {
+            let lease = s.lease(&new, now).unwrap().unwrap();
+            assert!(lease.images_on_client && !lease.normalize_on_worker);
+            assert_eq!(lease.client_image_share, 0.125);
+        }
+        // The older worker's leases: every eighth, whole.
+        let leases: Vec<pb::Lease> = (0..8).map(|i| s.lease(&old, 200 + i).unwrap().unwrap()).collect();
+        assert_eq!(leases.iter().filter(|l| l.images_on_client).count(), 1);
+        assert!(leases.iter().all(|l| l.client_image_share == 0.0));
+        // Every image on the host: a share of 1.
+        let always = join_wanting(&mut s, "always", pb::ImagePlans::Always);
+        let leases: Vec<pb::Lease> = (0..4).map(|i| s.lease(&new, 300 + i).unwrap().unwrap()).collect();
+        let of_always: Vec<&pb::Lease> = leases.iter().filter(|l| l.job == always.job).collect();
+        assert!(!of_always.is_empty());
+        assert!(of_always.iter().all(|l| l.images_on_client && l.client_image_share == 1.0));
     }
 
     #[test]
