@@ -269,7 +269,9 @@ impl State {
         let shares = self.workers.get(worker).is_some_and(|w| w.plans_image_shares);
         let client_image_share = match self.pipelines.get_mut(pipeline).and_then(|p| p.jobs.get_mut(job_name))
         {
-            Some(job) if cache.mode != pb::CacheMode::Write as i32 => job.client_image_share(shares),
+            // As the wire carries it: a share too small for an `f32` is none, not (as 0 reads to a
+            // worker) every image.
+            Some(job) if cache.mode != pb::CacheMode::Write as i32 => job.client_image_share(shares) as f32,
             _ => 0.0,
         };
         let images_on_client = client_image_share > 0.0;
@@ -306,7 +308,7 @@ impl State {
             normalize_on_worker,
             images_on_client,
             // An older worker reads only `images_on_client`.
-            client_image_share: if shares { client_image_share as f32 } else { 0.0 },
+            client_image_share: if shares { client_image_share } else { 0.0 },
         }
     }
 

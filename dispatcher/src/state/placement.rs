@@ -223,6 +223,14 @@ mod tests {
             assert!(lease.images_on_client && !lease.normalize_on_worker);
             assert_eq!(lease.client_image_share, 0.125);
         }
+        // A share below an `f32`'s range is none on the wire, not 0 (which a worker reads as all).
+        let job = s.pipelines.get_mut("p").and_then(|p| p.jobs.get_mut("auto")).expect("the job");
+        let eighth = std::mem::replace(&mut job.images.share, 1e-60);
+        let lease = s.lease(&new, 110).unwrap().unwrap();
+        assert!(!lease.images_on_client && lease.client_image_share == 0.0);
+        if let Some(job) = s.pipelines.get_mut("p").and_then(|p| p.jobs.get_mut("auto")) {
+            job.images.share = eighth;
+        }
         // The older worker's leases: every eighth, whole.
         let leases: Vec<pb::Lease> = (0..8).map(|i| s.lease(&old, 200 + i).unwrap().unwrap()).collect();
         assert_eq!(leases.iter().filter(|l| l.images_on_client).count(), 1);
