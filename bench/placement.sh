@@ -39,20 +39,6 @@ trap 'pkill -P $$ || true; rm -rf "$WORK"' EXIT
 "$GRANARY" demo --dir "$WORK/data" --images "${IMAGES:-2000}" --image-scale 2 --no-run > /dev/null
 URL=file://$WORK/data/images/train/
 
-# Elements a second the consumer's JSON lines hold between two times (seconds after the start).
-count() {
-  python3 -c '
-import json, sys, time
-start, (lo, hi), n = time.monotonic(), map(float, sys.argv[1:3]), 0
-for line in sys.stdin:
-    t = time.monotonic() - start
-    if t >= hi:
-        break
-    if t >= lo:
-        n += len(json.loads(line).get("keys", []))
-print(f"{n / (hi - lo):.1f}")' "$@"
-}
-
 # Cores a process has used since a time (`date +%s.%N`): its user and system CPU over the wall
 # time.
 cores() {
@@ -86,7 +72,7 @@ run() {
   trainer=$( { TIMEFORMAT='%U %S %R'; time {
     # shellcheck disable=SC2086
     GRANARY_IMAGES=$4 taskset -c "$TRAINER_CORES" "$CONSUME" --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null \
-      | count $WINDOW > "$WORK/rate" || true; }; } 2>&1)
+      | python3 bench/consumer_rate.py $WINDOW > "$WORK/rate" || true; }; } 2>&1)
   rate=$(cat "$WORK/rate")
   echo "$1: $rate elements/s; cores used, whole run: trainer $(echo "$trainer" | awk '{printf "%.2f", ($1 + $2) / $3}'), worker $(cores "$worker" "$started")"
   kill "$worker" "$dispatcher" 2> /dev/null || true

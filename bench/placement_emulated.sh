@@ -76,16 +76,7 @@ run() {
   local emulated=$!
   { GRANARY_TEST_HOST_IDLE=$WORK/idle GRANARY_IMAGES=${IMAGES:-auto} taskset -c 1 "$CONSUME" \
       --dispatcher "$address" --pipeline image-rrc224-flip 2> /dev/null & echo $! > "$WORK/pid"; wait; } |
-    python3 -c '
-import json, sys, time
-start, (lo, hi), n = time.monotonic(), map(float, sys.argv[1:3]), 0
-for line in sys.stdin:
-    t = time.monotonic() - start
-    if t >= hi:
-        break
-    if t >= lo:
-        n += len(json.loads(line).get("keys", []))
-print(f"{n / (hi - lo):.1f}")' $WINDOW > "$WORK/rate" || true
+    python3 bench/consumer_rate.py $WINDOW > "$WORK/rate" || true
   kill "$(cat "$WORK/pid")" "$worker" "$dispatcher" "$emulated" 2> /dev/null || true
   wait "$worker" "$dispatcher" "$emulated" 2> /dev/null || true
   local moves normalization cores
