@@ -68,8 +68,8 @@ pub struct Scenario {
     #[serde(default)]
     pub finish_cpu_seconds_per_batch: f64,
     /// CPU seconds per batch of the stages' fused image run (decode, crop) that placement of the
-    /// image run can leave to the trainers' hosts, a share of the leases at a time (part of the
-    /// stages' cost, not added to it); 0 when the pipeline has none.
+    /// image run can leave to the trainers' hosts, the share of the images placement gives them
+    /// (part of the stages' cost, not added to it); 0 when the pipeline has none.
     #[serde(default)]
     pub image_cpu_seconds_per_batch: f64,
     /// Elements per batch.
