@@ -6,10 +6,12 @@
 mod bucket;
 mod finish;
 mod pad;
+mod unstacked;
 
 pub use self::bucket::{Batcher, Bucketing};
 pub use self::finish::Finish;
 pub use self::pad::{Padding, Ragged};
+pub(crate) use self::unstacked::Unstacked;
 
 use crate::budget::Permit;
 use crate::element::{Element, Value};
@@ -62,6 +64,9 @@ pub struct Batch {
     pub ragged: Option<Ragged>,
     /// Memory the batch holds against the prefetch budget.
     pub(crate) permit: Option<Permit>,
+    /// A field whose rows are still their elements' buffers, for the executor's [`Finish`]
+    /// only: the batches the executor hands out are stacked.
+    pub(crate) unstacked: Option<Unstacked>,
 }
 
 impl PartialEq for Batch {
@@ -70,6 +75,7 @@ impl PartialEq for Batch {
             && self.keys == other.keys
             && self.tensors == other.tensors
             && self.ragged == other.ragged
+            && self.unstacked == other.unstacked
     }
 }
 
@@ -91,7 +97,8 @@ impl Batch {
 
     /// Bytes of tensor data.
     pub fn nbytes(&self) -> usize {
-        self.tensors.iter().map(|t| t.data.len()).sum()
+        self.tensors.iter().map(|t| t.data.len()).sum::<usize>()
+            + self.unstacked.as_ref().map_or(0, Unstacked::nbytes)
     }
 
     /// Pads a ragged batch's padded fields to one width, its longest row rounded up to
@@ -169,6 +176,10 @@ pub struct BatchBuilder {
     padding: Option<Arc<Padding>>,
     /// The first-axis length of each row of the padded fields.
     lengths: Vec<usize>,
+    /// The field to leave unstacked ([`BatchBuilder::leaving_unstacked`]).
+    unstacked: Option<String>,
+    /// The batch's unstacked field, once its first element showed it is `uint8` and dense.
+    rows: Option<Unstacked>,
 }
 
 impl BatchBuilder {
@@ -180,7 +191,23 @@ impl BatchBuilder {
     /// A builder for batches of up to `capacity` elements whose fields `padding` lists vary in
     /// length: its batches are [`Ragged`] (see [`Batch::pad`]).
     pub fn with_padding(capacity: usize, padding: Option<Arc<Padding>>) -> BatchBuilder {
-        BatchBuilder { capacity, keys: Vec::new(), tensors: Vec::new(), padding, lengths: Vec::new() }
+        BatchBuilder {
+            capacity,
+            keys: Vec::new(),
+            tensors: Vec::new(),
+            padding,
+            lengths: Vec::new(),
+            unstacked: None,
+            rows: None,
+        }
+    }
+
+    /// Leaves `field` unstacked in the batches (see [`Unstacked`]) where it is `uint8` and not
+    /// padded: for a consumer that reads it once, from the elements' own buffers, and writes it
+    /// anew ([`Finish`]).
+    pub(crate) fn leaving_unstacked(mut self, field: Option<String>) -> BatchBuilder {
+        self.unstacked = field;
+        self
     }
 
     /// The length of the padded fields of an element: every one is there, with at least one
@@ -260,15 +287,27 @@ impl BatchBuilder {
         if self.keys.is_empty() {
             self.tensors.clear();
             self.lengths.clear();
-            for (name, value) in &fields {
+            self.rows = None;
+            for (i, (name, value)) in fields.into_iter().enumerate() {
                 let Value::Tensor(t) = value else {
-                    return Err(BatchError::NotTensor { key, field: name.clone(), kind: value.kind() });
+                    return Err(BatchError::NotTensor { key, field: name, kind: value.kind() });
                 };
-                let mut data = crate::buffers::take(t.nbytes() * self.capacity.max(1));
-                data.extend_from_slice(t.as_le_bytes());
                 let mut shape = vec![1];
                 shape.extend_from_slice(&t.shape);
-                self.tensors.push(BatchTensor { name: name.clone(), dtype: t.dtype(), shape, data });
+                let dtype = t.dtype();
+                let data =
+                    if self.unstacked.as_ref() == Some(&name) && dtype == DType::Uint8 && !self.padded(&name)
+                    {
+                        let mut rows = Vec::with_capacity(self.capacity.max(1));
+                        rows.push(row_of(t));
+                        self.rows = Some(Unstacked { tensor: i, rows });
+                        Vec::new()
+                    } else {
+                        let mut data = crate::buffers::take(t.nbytes() * self.capacity.max(1));
+                        data.extend_from_slice(t.as_le_bytes());
+                        data
+                    };
+                self.tensors.push(BatchTensor { name, dtype, shape, data });
             }
             self.lengths.extend(length);
             self.keys.push(key);
@@ -302,11 +341,16 @@ impl BatchBuilder {
             }
         }
         let padding = self.padding.clone();
-        for ((name, value), slot) in fields.iter().zip(&mut self.tensors) {
+        for (i, ((name, value), slot)) in fields.into_iter().zip(&mut self.tensors).enumerate() {
             if let Value::Tensor(t) = value {
+                if let Some(rows) = self.rows.as_mut().filter(|r| r.tensor == i) {
+                    rows.rows.push(row_of(t));
+                    slot.shape[0] += 1;
+                    continue;
+                }
                 slot.data.extend_from_slice(t.as_le_bytes());
                 slot.shape[0] += 1;
-                if padding.as_ref().is_some_and(|p| p.pads(name))
+                if padding.as_ref().is_some_and(|p| p.pads(&name))
                     && let (Some(axis), Some(&len)) = (slot.shape.get_mut(1), t.shape.first())
                 {
                     *axis = (*axis).max(len);
@@ -332,7 +376,16 @@ impl BatchBuilder {
             tensors: std::mem::take(&mut self.tensors),
             ragged,
             permit: None,
+            unstacked: self.rows.take(),
         }
+    }
+}
+
+/// A `uint8` tensor's bytes as a row of an unstacked field: its own buffer, not a copy.
+fn row_of(t: crate::tensor::Tensor) -> Vec<u8> {
+    match t.data {
+        crate::tensor::TensorData::U8(bytes) => bytes,
+        _ => t.as_le_bytes().to_vec(),
     }
 }
 
@@ -341,6 +394,8 @@ impl BatchBuilder {
 /// recycled ones with room for `room` elements (or all of them, if more), so that merging many
 /// small batches copies each element once.
 pub fn concat(batch: &mut Batch, mut other: Batch, room: usize) -> Result<(), BatchError> {
+    batch.stack();
+    other.stack();
     if batch.is_empty() {
         let permit = batch.permit.take();
         *batch = other;
@@ -415,6 +470,7 @@ pub fn concat(batch: &mut Batch, mut other: Batch, room: usize) -> Result<(), Ba
 /// Splits `batch` after its first `n` elements; returns the rest, in a recycled buffer with
 /// room for `room` elements (or all of the rest, if more).
 pub fn split_off(batch: &mut Batch, n: usize, room: usize) -> Batch {
+    batch.stack();
     let n = n.min(batch.keys.len());
     let keys = batch.keys.split_off(n);
     let ragged = batch.ragged.as_mut().map(|r| Ragged {
@@ -455,7 +511,7 @@ pub fn split_off(batch: &mut Batch, n: usize, room: usize) -> Batch {
         })
         .collect();
     batch.origin = None;
-    Batch { epoch: batch.epoch, origin: None, keys, tensors, ragged, permit: None }
+    Batch { epoch: batch.epoch, origin: None, keys, tensors, ragged, permit: None, unstacked: None }
 }
 
 #[cfg(test)]
@@ -492,6 +548,48 @@ mod tests {
         assert_eq!(rest.tensor("x").unwrap().shape, vec![3, 2]);
         let x: &[f32] = bytemuck::cast_slice(&rest.tensor("x").unwrap().data);
         assert_eq!(x[0], 1.0);
+    }
+
+    fn pixels(key: &str, v: u8) -> Element {
+        let mut e = element(key, f32::from(v));
+        e.set("image", Value::Tensor(Tensor::new(vec![2, 1, 3], TensorData::U8(vec![v; 6])).unwrap()));
+        e
+    }
+
+    #[test]
+    fn a_field_left_unstacked_keeps_its_rows_until_stacked_and_then_matches() {
+        let build = |unstacked: Option<&str>, n: usize| {
+            let mut b = BatchBuilder::new(4).leaving_unstacked(unstacked.map(String::from));
+            for i in 0..n {
+                b.push(pixels(&format!("k{i}"), i as u8)).unwrap();
+            }
+            b.finish(0, None)
+        };
+        let stacked = build(None, 3);
+        let mut left = build(Some("image"), 3);
+        let rows = left.unstacked.as_ref().map(|u| (u.tensor, u.rows.len()));
+        assert_eq!(rows, Some((2, 3)), "the image's three rows, in their own buffers");
+        assert_eq!(left.tensor("image").unwrap().shape, vec![3, 2, 1, 3]);
+        assert_eq!(left.nbytes(), stacked.nbytes());
+        left.stack();
+        assert_eq!(left, stacked);
+        // A field of another dtype is stacked as ever.
+        assert!(build(Some("x"), 2).unstacked.is_none());
+        // Merging and splitting stack first.
+        let mut merged = build(Some("image"), 2);
+        concat(&mut merged, build(Some("image"), 1), 4).unwrap();
+        assert!(merged.unstacked.is_none());
+        let image = &merged.tensor("image").unwrap().data;
+        assert_eq!(image, &[[0u8; 6], [1; 6], [0; 6]].concat());
+        let mut whole = build(Some("image"), 3);
+        let rest = split_off(&mut whole, 2, 4);
+        assert_eq!((whole.unstacked.is_none(), &rest.tensor("image").unwrap().data), (true, &vec![2u8; 6]));
+        // A padded field is stacked too.
+        let padding =
+            Arc::new(Padding { fields: vec!["image".into()], multiple_of: 1, value: 0.0, mask: "m".into() });
+        let mut b = BatchBuilder::with_padding(2, Some(padding)).leaving_unstacked(Some("image".into()));
+        b.push(pixels("k", 1)).unwrap();
+        assert!(b.finish(0, None).unstacked.is_none());
     }
 
     fn tokens(key: &str, ids: &[i64]) -> Element {

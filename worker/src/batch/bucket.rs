@@ -59,6 +59,14 @@ impl Batcher {
         Batcher { capacity: capacity.max(1), bucketing, builders }
     }
 
+    /// Leaves `field` unstacked in the batches where it can be
+    /// ([`BatchBuilder::leaving_unstacked`]); leftovers that [`Batcher::finish`] merges across
+    /// buckets are stacked.
+    pub(crate) fn leaving_unstacked(mut self, field: Option<String>) -> Batcher {
+        self.builders = self.builders.into_iter().map(|b| b.leaving_unstacked(field.clone())).collect();
+        self
+    }
+
     /// Adds an element; returns the batch it completes, if it does (without an origin: the
     /// caller numbers the split's batches).
     pub fn push(&mut self, element: Element, epoch: u32) -> Result<Option<Batch>, BatchError> {

@@ -38,29 +38,47 @@ impl Finish {
         Finish { field: field.to_string(), table: Box::new(lut(mean, std)), layout, threads: threads.max(1) }
     }
 
+    /// The field it normalizes.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
     /// Normalizes the field's tensor of `batch` (`uint8` `[rows, h, w, 3]`) into `float32` in
-    /// place. A batch without the field is left as it is; a field of another form is an error
-    /// naming it.
+    /// place, reading its images from the elements' buffers where the builder left the field
+    /// unstacked. A batch without the field is left as it is; a field of another form is an
+    /// error naming it. The batch comes out stacked either way.
     pub fn apply(&self, batch: &mut Batch) -> Result<(), String> {
-        let Some(tensor) = batch.tensors.iter_mut().find(|t| t.name == self.field) else {
+        let Some(index) = batch.tensors.iter().position(|t| t.name == self.field) else {
+            batch.stack();
             return Ok(());
         };
+        if batch.unstacked.as_ref().is_some_and(|u| u.tensor != index) {
+            batch.stack();
+        }
+        let unstacked = batch.unstacked.take().map(|u| u.rows);
+        let tensor = &mut batch.tensors[index];
         let [rows, h, w, 3] = tensor.shape[..] else {
-            return Err(self.wrong(tensor));
+            return Err(self.wrong(tensor, unstacked.as_deref()));
         };
         let image = h * w * 3;
-        if tensor.dtype != DType::Uint8 || tensor.data.len() != rows * image {
-            return Err(self.wrong(tensor));
+        let images: Vec<&[u8]> = match &unstacked {
+            _ if image == 0 => Vec::new(),
+            Some(own) => own.iter().map(Vec::as_slice).collect(),
+            None => tensor.data.chunks(image).collect(),
+        };
+        let whole = images.len() == rows && images.iter().all(|one| one.len() == image);
+        if tensor.dtype != DType::Uint8 || (image > 0 && !whole) {
+            return Err(self.wrong(tensor, unstacked.as_deref()));
         }
-        let mut out = crate::buffers::take_filled(tensor.data.len() * 4);
+        let mut out = crate::buffers::take_filled(rows * image * 4);
         if image > 0 {
             match bytemuck::try_cast_slice_mut::<u8, f32>(&mut out) {
-                Ok(values) => self.over(&tensor.data, image, values),
+                Ok(values) => self.over(&images, image, values),
                 // A buffer not aligned for floats (allocators align buffers this large to 16
                 // bytes, but nothing promises it): through a scratch image instead.
                 Err(_) => {
                     out.clear();
-                    self.appended(&tensor.data, image, w, &mut out);
+                    self.appended(&images, w, &mut out);
                 }
             }
         }
@@ -73,23 +91,22 @@ impl Finish {
         Ok(())
     }
 
-    /// Writes the `float32` values of the images in `pixels` (`image` bytes each) over
-    /// `values`, the images shared out in contiguous runs among up to `self.threads` threads.
-    fn over(&self, pixels: &[u8], image: usize, values: &mut [f32]) {
-        let rows = pixels.len() / image;
-        let threads = self.threads.min(rows.div_ceil(IMAGES_PER_THREAD)).max(1);
-        let per = rows.div_ceil(threads) * image;
+    /// Writes the `float32` values of `images` (`image` bytes each, `image > 0`) over `values`,
+    /// the images shared out in contiguous runs among up to `self.threads` threads.
+    fn over(&self, images: &[&[u8]], image: usize, values: &mut [f32]) {
+        let threads = self.threads.min(images.len().div_ceil(IMAGES_PER_THREAD)).max(1);
+        let per = images.len().div_ceil(threads);
         let stores = Stores::for_output(std::mem::size_of_val(values));
-        let run = |src: &[u8], dst: &mut [f32]| {
-            for (one, out) in src.chunks_exact(image).zip(dst.chunks_exact_mut(image)) {
+        let run = |src: &[&[u8]], dst: &mut [f32]| {
+            for (one, out) in src.iter().zip(dst.chunks_exact_mut(image)) {
                 normalize_over(one, &self.table, self.layout, stores, out);
             }
         };
         if threads == 1 {
-            return run(pixels, values);
+            return run(images, values);
         }
         std::thread::scope(|scope| {
-            let mut runs = pixels.chunks(per).zip(values.chunks_mut(per));
+            let mut runs = images.chunks(per).zip(values.chunks_mut(per * image));
             let first = runs.next();
             for (src, dst) in runs {
                 scope.spawn(move || run(src, dst));
@@ -100,12 +117,12 @@ impl Finish {
         });
     }
 
-    /// Appends the `float32` values of the images in `pixels` (`image` bytes each, rows of `w`)
-    /// to `out`, one image at a time through a scratch buffer.
-    fn appended(&self, pixels: &[u8], image: usize, w: usize, out: &mut Vec<u8>) {
+    /// Appends the `float32` values of `images` (rows of `w` pixels) to `out`, one image at a
+    /// time through a scratch buffer.
+    fn appended(&self, images: &[&[u8]], w: usize, out: &mut Vec<u8>) {
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            for one in pixels.chunks_exact(image) {
+            for one in images {
                 scratch.clear();
                 normalize_into(one, w, &self.table, self.layout, false, &mut scratch);
                 out.extend_from_slice(bytemuck::cast_slice(&scratch));
@@ -113,10 +130,14 @@ impl Finish {
         });
     }
 
-    fn wrong(&self, tensor: &BatchTensor) -> String {
+    fn wrong(&self, tensor: &BatchTensor, unstacked: Option<&[Vec<u8>]>) -> String {
+        let bytes = match unstacked {
+            Some(rows) => format!("rows of {:?} bytes", rows.iter().map(Vec::len).collect::<Vec<_>>()),
+            None => format!("{} bytes", tensor.data.len()),
+        };
         format!(
             "`image.normalize` finishes field `{}` per batch, which needs uint8 images [rows, height, \
-             width, 3], but the batch holds {} {:?}",
+             width, 3], but the batch holds {} {:?} in {bytes}",
             self.field,
             tensor.dtype.name(),
             tensor.shape
@@ -127,6 +148,9 @@ impl Finish {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::BatchBuilder;
+    use crate::element::{Element, Value};
+    use crate::tensor::{Tensor, TensorData};
 
     const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
     const STD: [f32; 3] = [0.229, 0.224, 0.225];
@@ -153,6 +177,7 @@ mod tests {
             ],
             ragged: None,
             permit: None,
+            unstacked: None,
         }
     }
 
@@ -187,12 +212,68 @@ mod tests {
         }
     }
 
+    /// `b`'s rows as elements, stacked again by a builder that leaves `image` unstacked.
+    fn rebuilt_unstacked(b: &Batch) -> Batch {
+        let t = &b.tensors[0];
+        let [rows, h, w, 3] = t.shape[..] else { unreachable!() };
+        let mut builder = BatchBuilder::new(rows).leaving_unstacked(Some("image".into()));
+        for (i, pixels) in t.data.chunks_exact(h * w * 3).enumerate() {
+            let mut e = Element::new(&b.keys[i]);
+            e.set(
+                "image",
+                Value::Tensor(Tensor::new(vec![h, w, 3], TensorData::U8(pixels.to_vec())).unwrap()),
+            );
+            e.set("label", Value::Tensor(Tensor::scalar_i64(0)));
+            builder.push(e).unwrap();
+        }
+        builder.finish(0, None)
+    }
+
+    #[test]
+    fn images_left_in_their_elements_buffers_give_the_same_bits() {
+        for layout in [Layout::Hwc, Layout::Chw] {
+            for threads in [1, 2, 3] {
+                for rows in [1, 17, 40] {
+                    let mut stacked = batch(rows, 5, 7);
+                    let mut unstacked = rebuilt_unstacked(&stacked);
+                    assert!(unstacked.unstacked.is_some() && unstacked.tensors[0].data.is_empty());
+                    assert_eq!(unstacked.nbytes(), stacked.nbytes(), "the budget counts the rows");
+                    let finish = Finish::new("image", MEAN, STD, layout, threads);
+                    finish.apply(&mut stacked).unwrap();
+                    finish.apply(&mut unstacked).unwrap();
+                    assert!(unstacked.unstacked.is_none(), "it comes out stacked");
+                    assert_eq!(unstacked, stacked, "{layout:?}, {threads} threads, {rows} rows");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unstacked_rows_of_the_wrong_length_are_an_error_naming_them() {
+        let mut b = rebuilt_unstacked(&batch(3, 2, 2));
+        if let Some(u) = b.unstacked.as_mut() {
+            u.rows[1].pop();
+        }
+        let why = Finish::new("image", MEAN, STD, Layout::Chw, 1).apply(&mut b).unwrap_err();
+        assert!(why.contains("field `image`") && why.contains("rows of [12, 11, 12] bytes"), "{why}");
+    }
+
+    #[test]
+    fn a_batch_without_the_field_is_stacked_and_left_alone() {
+        let mut b = rebuilt_unstacked(&batch(2, 3, 4));
+        let pixels = batch(2, 3, 4).tensors[0].data.clone();
+        Finish::new("pixels", MEAN, STD, Layout::Chw, 1).apply(&mut b).unwrap();
+        assert!(b.unstacked.is_none());
+        assert_eq!((b.tensors[0].dtype, &b.tensors[0].data), (DType::Uint8, &pixels));
+    }
+
     #[test]
     fn the_path_through_a_scratch_image_gives_the_same_bytes() {
         for layout in [Layout::Hwc, Layout::Chw] {
             let b = batch(3, 5, 7);
             let mut out = Vec::new();
-            Finish::new("image", MEAN, STD, layout, 1).appended(&b.tensors[0].data, 5 * 7 * 3, 7, &mut out);
+            let images: Vec<&[u8]> = b.tensors[0].data.chunks(5 * 7 * 3).collect();
+            Finish::new("image", MEAN, STD, layout, 1).appended(&images, 7, &mut out);
             assert_eq!(out, per_image(&b, layout), "{layout:?}");
         }
     }

@@ -50,14 +50,21 @@ fn padding(plan: &Plan, task: Task) -> Option<Arc<crate::batch::Padding>> {
 type Out<'a> = &'a Sender<Result<Output, ExecError>>;
 
 impl SplitState {
-    fn new(plan: &Plan, task: Task, split_id: u64, writer: &mut Writer<'_>) -> SplitState {
+    fn new(
+        plan: &Plan,
+        task: Task,
+        split_id: u64,
+        unstacked: Option<&str>,
+        writer: &mut Writer<'_>,
+    ) -> SplitState {
         let writing = writer.begin(plan, task, split_id);
         let shuffle = if plan.shuffles_first(task) { None } else { ShuffleBuffer::new(plan, task, split_id) };
         SplitState {
             task,
             split_id,
             shuffle,
-            batcher: Batcher::new(plan.batch_size, padding(plan, task), plan.bucketing.clone()),
+            batcher: Batcher::new(plan.batch_size, padding(plan, task), plan.bucketing.clone())
+                .leaving_unstacked(unstacked.map(String::from)),
             sequence: 0,
             elements: 0,
             writing,
@@ -210,21 +217,25 @@ impl Writer<'_> {
     }
 }
 
+/// Assembles the computed elements into batches; `unstacked` names a field the batches leave in
+/// the elements' buffers, for the executor's [`crate::batch::Finish`] that rewrites it.
 pub(super) fn run(
     plan: &Plan,
+    unstacked: Option<&str>,
     done: &Receiver<Done>,
     out: Out<'_>,
     budget: &Arc<Budget>,
     times: &StageTimes,
     rt: &Handle,
 ) {
-    if let Err(e) = assemble(plan, done, out, budget, times, rt) {
+    if let Err(e) = assemble(plan, unstacked, done, out, budget, times, rt) {
         let _ = out.send(Err(e));
     }
 }
 
 fn assemble(
     plan: &Plan,
+    unstacked: Option<&str>,
     done: &Receiver<Done>,
     out: Out<'_>,
     budget: &Arc<Budget>,
@@ -247,7 +258,7 @@ fn assemble(
                     drop(permit);
                     let state = match split.as_mut() {
                         Some(state) => state,
-                        None => split.insert(SplitState::new(plan, task, split_id, &mut writer)),
+                        None => split.insert(SplitState::new(plan, task, split_id, unstacked, &mut writer)),
                     };
                     if state.writing
                         && let Some(record) = record
@@ -261,7 +272,7 @@ fn assemble(
                 Done::Dropped { task, split_id, record, skipped, .. } => {
                     let state = match split.as_mut() {
                         Some(state) => state,
-                        None => split.insert(SplitState::new(plan, task, split_id, &mut writer)),
+                        None => split.insert(SplitState::new(plan, task, split_id, unstacked, &mut writer)),
                     };
                     if let Some(error) = skipped {
                         tracing::warn!(
@@ -290,7 +301,7 @@ fn assemble(
                 Done::SplitEnd { task, split_id, read, .. } => {
                     let mut state = match split.take() {
                         Some(state) => state,
-                        None => SplitState::new(plan, task, split_id, &mut writer),
+                        None => SplitState::new(plan, task, split_id, unstacked, &mut writer),
                     };
                     let mut cache =
                         if state.writing { writer.end(read) } else { CacheOutcome::from_read(read) };

@@ -636,6 +636,9 @@ pub fn execute(
         handles.push(spawn("granary-tuner", move || tune::run(tuned, threads, most)));
     }
     drop(done_tx);
+    // The finisher reads its field's images from the elements' buffers: the assembler leaves
+    // them unstacked.
+    let unstacked = opts.finish.as_ref().map(|f| f.field().to_string());
     let (assembled_tx, out_rx) = match opts.finish {
         None => (out_tx, out_rx),
         Some(finish) => {
@@ -647,7 +650,7 @@ pub fn execute(
     handles.push(spawn("granary-assembler", {
         let budget = Arc::clone(&budget);
         let times = Arc::clone(&times);
-        move || assemble::run(&plan, &done_rx, &assembled_tx, &budget, &times, &rt)
+        move || assemble::run(&plan, unstacked.as_deref(), &done_rx, &assembled_tx, &budget, &times, &rt)
     }));
     Execution { outputs: out_rx, budget, times, threads: handles, peak_threads, failed: false }
 }

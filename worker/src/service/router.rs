@@ -425,6 +425,7 @@ mod tests {
             ],
             ragged: None,
             permit: None,
+            unstacked: None,
         }
     }
 
@@ -583,6 +584,7 @@ mod tests {
             }],
             ragged: Some(crate::batch::Ragged { lengths, padding }),
             permit: None,
+            unstacked: None,
         }
     }
 
