@@ -146,6 +146,9 @@ impl Finish {
 }
 
 #[cfg(test)]
+mod bench;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::batch::BatchBuilder;
