@@ -22,7 +22,7 @@ fn elements(round: usize) -> Vec<Element> {
             let seed = round * IMAGES + i;
             let pixels =
                 (0..SIDE * SIDE * 3).map(|p| (p.wrapping_mul(2654435761) >> 13) as u8 ^ seed as u8).collect();
-            let mut e = Element::new(&format!("{seed}"));
+            let mut e = Element::new(format!("{seed}"));
             e.set(
                 "image",
                 Value::Tensor(Tensor { shape: vec![SIDE, SIDE, 3], data: TensorData::U8(pixels) }),
