@@ -132,7 +132,10 @@ impl Finish {
 
     fn wrong(&self, tensor: &BatchTensor, unstacked: Option<&[Vec<u8>]>) -> String {
         let bytes = match unstacked {
-            Some(rows) => format!("rows of {:?} bytes", rows.iter().map(Vec::len).collect::<Vec<_>>()),
+            Some(rows) => {
+                let (least, most) = (rows.iter().map(Vec::len).min(), rows.iter().map(Vec::len).max());
+                format!("{} rows of {}–{} bytes", rows.len(), least.unwrap_or(0), most.unwrap_or(0))
+            }
             None => format!("{} bytes", tensor.data.len()),
         };
         format!(
@@ -258,7 +261,7 @@ mod tests {
             u.rows[1].pop();
         }
         let why = Finish::new("image", MEAN, STD, Layout::Chw, 1).apply(&mut b).unwrap_err();
-        assert!(why.contains("field `image`") && why.contains("rows of [12, 11, 12] bytes"), "{why}");
+        assert!(why.contains("field `image`") && why.contains("3 rows of 11–12 bytes"), "{why}");
     }
 
     #[test]
