@@ -1,16 +1,18 @@
 //! 1,000 bogus clients against real processes on 127.0.0.1: a dispatcher (`granary run --serve
-//! --workers 0`), one worker process (`granary worker`) and a legitimate trainer process. The
-//! trainer's quiet throughput is measured first; then, for 60 s, each bogus client (a task of
-//! this test, with connections of its own to the dispatcher and to the worker) registers jobs
-//! with random names (some over the name limit), heartbeats its sessions, and keeps idle
-//! `StreamBatches` streams open that it never reads, while the trainer reads on; then the quiet
-//! throughput is measured again. The test prints the cores each process used, quiet and under
-//! attack.
+//! --workers 0`), one worker process (`granary worker`) and a legitimate trainer process. Quiet
+//! windows and attacks alternate, three attacks between four quiet windows. In each attack, each
+//! bogus client (a task of this test, with connections of its own to the dispatcher and to the
+//! worker) registers jobs with random names (some over the name limit), heartbeats its sessions,
+//! and keeps idle `StreamBatches` streams open that it never reads, while the trainer reads on.
+//! The test prints the trainer's throughput in every window and the cores each process used,
+//! quiet and under attack.
 //!
 //! Acceptance (the robustness issue's "bogus clients"):
 //! - the dispatcher's and the worker's peak RSS (`VmHWM` of `/proc/<pid>/status`) stay under
 //!   [`RSS_BOUND`];
-//! - the trainer keeps at least [`THROUGHPUT_RATIO`] of its quiet throughput under attack.
+//! - the trainer keeps at least [`THROUGHPUT_RATIO`] of its quiet throughput under attack: the
+//!   median over the attacks of each one's throughput over the mean of the quiet windows on
+//!   either side of it.
 //!
 //! The throughput ratio is the issue's acceptance criterion, not a measure of code speed: it
 //! checks that the servers neither stall nor starve the trainer while they refuse and bound the
@@ -28,6 +30,12 @@
 //! one day and 0.73-0.77 another, with the same code, as the attackers' 0.34 cores and the
 //! dispatcher's extra 0.25 took the room the worker's service threads had used quiet. The
 //! measured figures are printed; the test runs alone (see `.config/nextest.toml`).
+//!
+//! Why alternate: with one attack between one quiet window before it and one after, two
+//! minutes apart, the machine's own drift entered the ratio. In one CI run the trainer read
+//! 2,239 elements/s quiet before the attack and 1,672 after it (a quarter less, with nothing of
+//! the test's load left), and the ratio came out 0.79. Windows a few seconds apart drift less,
+//! and the median of three attacks is not decided by one slow stretch of the machine.
 
 use granary_e2e::*;
 use granary_proto::v1 as pb;
@@ -41,16 +49,16 @@ use tonic::transport::{Channel, Endpoint};
 
 /// Bogus clients, each with a connection of its own to the dispatcher and to the worker.
 const BOGUS: usize = 1_000;
-/// How long the attack lasts.
-const ATTACK: Duration = Duration::from_secs(60);
+/// How long each attack lasts.
+const ATTACK: Duration = Duration::from_secs(25);
+/// How many attacks, each between two quiet windows.
+const ATTACKS: usize = 3;
 /// How long the bogus clients take to connect, all of them (they start staggered).
 const RAMP: Duration = Duration::from_secs(8);
-/// How long the trainer's quiet throughput is measured, before the attack and again after it:
-/// the mean of the two is the quiet figure, so that what drifts over the test's two minutes
-/// weighs on both sides of the ratio alike. Every window counts the batches that arrived in it
-/// (see [`window_throughput`]): counted as collected, the after window took in the batches that
-/// piled up while the bogus clients ended, and read 10-25% above the before window.
-const QUIET: Duration = Duration::from_secs(15);
+/// How long each quiet window lasts. Every window counts the batches that arrived in it (see
+/// [`window_throughput`]): counted as collected, a quiet window after an attack took in the
+/// batches that piled up while the bogus clients ended, and read 10-25% above the one before.
+const QUIET: Duration = Duration::from_secs(8);
 /// Batches read before measuring: the worker's pipeline and the trainer's streams are warm.
 const WARMUP: usize = 40;
 /// Elements per batch of the dataset.
@@ -61,8 +69,18 @@ const BATCH: usize = 8;
 /// thread-count differences while still failing on state that grows with the bogus load (about
 /// 10,000 job registrations and 11,000 streams a minute here).
 const RSS_BOUND: u64 = 256 << 20;
-/// The share of its quiet throughput the trainer keeps under attack.
+/// The share of its quiet throughput the trainer keeps under attack (the median of the attacks).
 const THROUGHPUT_RATIO: f64 = 0.8;
+
+/// What one window of the test measured.
+struct Window {
+    /// Elements per second that arrived at the trainer.
+    rate: f64,
+    /// Cores each process used (in the order of the test's `pids`).
+    cores: Vec<f64>,
+    /// How long the window lasted.
+    span: Duration,
+}
 
 /// Peak and current resident memory of process `pid`, in bytes (`VmHWM`, `VmRSS`).
 fn memory(pid: u32) -> (u64, u64) {
@@ -232,11 +250,11 @@ async fn connect(address: &str) -> Option<Channel> {
         .ok()
 }
 
-/// One bogus client until `end`: joins random jobs, heartbeats its sessions about every second,
+/// Bogus client `i` (numbered on across attacks) until `end`: joins random jobs, heartbeats its sessions about every second,
 /// keeps at most two idle streams open on the worker, and never reads them.
 async fn bogus(i: usize, dispatcher: String, worker: String, end: Instant, tally: Arc<Mutex<Tally>>) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
-    tokio::time::sleep(RAMP.mul_f64(i as f64 / BOGUS as f64)).await;
+    tokio::time::sleep(RAMP.mul_f64((i % BOGUS) as f64 / BOGUS as f64)).await;
     let (Some(d), Some(w)) = (connect(&dispatcher).await, connect(&worker).await) else {
         Tally::count::<()>(&tally, "connect", &Err(tonic::Status::unavailable("no connection")));
         return;
@@ -352,9 +370,6 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
         ("bogus clients (this test)", "self".to_string()),
     ];
     let cpu = || -> Vec<f64> { pids.iter().map(|(_, pid)| cpu_seconds(pid)).collect() };
-    let (cpu_before, quiet_from) = (cpu(), Instant::now());
-    let quiet_before = throughput(&mut trainer, QUIET);
-    let quiet_cores = cores_used(&cpu_before, &cpu(), quiet_from.elapsed());
 
     // The bogus clients' threads yield their core to the trainer and the dispatcher beside
     // them: their CPU stands for other machines', as the worker's core stands for its host.
@@ -372,46 +387,65 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
     });
     let worker_pid = worker.child.id();
     let tally = Arc::new(Mutex::new(Tally::default()));
-    let start = Instant::now();
-    let end = start + ATTACK;
-    let attack: Vec<_> = (0..BOGUS)
-        .map(|i| {
-            let (dispatcher, worker, tally) = (d.address.clone(), worker_address.clone(), Arc::clone(&tally));
-            runtime.spawn(bogus(i, dispatcher, worker, end, tally))
-        })
-        .collect();
-    // The trainer reads through the attack: measured once every bogus client is connected and
-    // streaming, until the attack ends.
-    read_until(&mut trainer, start + RAMP + Duration::from_secs(2));
-    let measured = Instant::now();
-    let cpu_before = cpu();
-    read_until(&mut trainer, end);
-    let window = measured.elapsed();
-    let attacked_cores = cores_used(&cpu_before, &cpu(), window);
-    let attacked = window_throughput(&mut trainer, measured, end);
-    runtime.block_on(async {
-        for task in attack {
-            tokio::time::timeout(Duration::from_secs(20), task).await.expect("bogus clients end").ok();
-        }
-    });
-    let in_attack = |s: &&Seen| s.arrived.is_some_and(|at| measured <= at && at < end);
-    let attacked_batches = trainer.seen.iter().filter(in_attack).count();
-    let (cpu_before, after_from) = (cpu(), Instant::now());
-    let quiet_after = throughput(&mut trainer, QUIET);
-    let after_cores = cores_used(&cpu_before, &cpu(), after_from.elapsed());
+
+    // Quiet and attacked windows alternate, a quiet one first and last: each attack is compared
+    // with the quiet windows on either side of it, so the machine's drift weighs on both sides
+    // of its ratio alike.
+    let quiet_window = |trainer: &mut Consumer| -> Window {
+        let (cpu_before, from) = (cpu(), Instant::now());
+        let rate = throughput(trainer, QUIET);
+        Window { rate, cores: cores_used(&cpu_before, &cpu(), from.elapsed()), span: from.elapsed() }
+    };
+    let mut quiet = vec![quiet_window(&mut trainer)];
+    let mut attacked = Vec::new();
+    for round in 0..ATTACKS {
+        let start = Instant::now();
+        let end = start + ATTACK;
+        let attack: Vec<_> = (0..BOGUS)
+            .map(|i| {
+                let (dispatcher, worker, tally) =
+                    (d.address.clone(), worker_address.clone(), Arc::clone(&tally));
+                runtime.spawn(bogus(round * BOGUS + i, dispatcher, worker, end, tally))
+            })
+            .collect();
+        // The trainer reads through the attack: measured once every bogus client is connected
+        // and streaming, until the attack ends.
+        read_until(&mut trainer, start + RAMP + Duration::from_secs(2));
+        let (measured, cpu_before) = (Instant::now(), cpu());
+        read_until(&mut trainer, end);
+        let span = measured.elapsed();
+        let cores = cores_used(&cpu_before, &cpu(), span);
+        let rate = window_throughput(&mut trainer, measured, end);
+        attacked.push(Window { rate, cores, span });
+        runtime.block_on(async {
+            for task in attack {
+                tokio::time::timeout(Duration::from_secs(20), task).await.expect("bogus clients end").ok();
+            }
+        });
+        quiet.push(quiet_window(&mut trainer));
+    }
     let (dispatcher_peak, dispatcher_now) = memory(d.proc.child.id());
     let (worker_peak, worker_now) = memory(worker_pid);
-    let quiet = (quiet_before + quiet_after) / 2.0;
-    let ratio = attacked / quiet;
+    // Each attack over the mean of the quiet windows before and after it.
+    let mut ratios: Vec<f64> = attacked
+        .iter()
+        .zip(quiet.windows(2))
+        .map(|(a, q)| a.rate / ((q[0].rate + q[1].rate) / 2.0))
+        .collect();
     println!(
-        "bogus clients: {BOGUS} for {} s; trainer {quiet:.0} elements/s quiet ({quiet_before:.0} in the {} s \
-         before, {quiet_after:.0} in the {} s after), {attacked:.0} elements/s under attack \
-         ({attacked_batches} batches in {:.0} s), ratio {ratio:.2}",
+        "bogus clients: {BOGUS} for {} s, {ATTACKS} times; trainer elements/s in the {} s windows:",
         ATTACK.as_secs(),
-        QUIET.as_secs(),
-        QUIET.as_secs(),
-        window.as_secs_f64(),
+        QUIET.as_secs()
     );
+    for (i, q) in quiet.iter().enumerate() {
+        println!("  quiet {:.0} elements/s ({:.0} s)", q.rate, q.span.as_secs_f64());
+        if let (Some(a), Some(r)) = (attacked.get(i), ratios.get(i)) {
+            println!("  under attack {:.0} elements/s ({:.0} s), ratio {r:.2}", a.rate, a.span.as_secs_f64());
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    println!("median ratio {ratio:.2}");
     println!(
         "peak RSS: dispatcher {:.1} MiB (now {:.1}), worker {:.1} MiB (now {:.1}); bound {:.0} MiB",
         mib(dispatcher_peak),
@@ -420,10 +454,13 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
         mib(worker_now),
         mib(RSS_BOUND)
     );
+    let mean_cores =
+        |windows: &[Window], i: usize| windows.iter().map(|w| w.cores[i]).sum::<f64>() / windows.len() as f64;
     for (i, (name, _)) in pids.iter().enumerate() {
         println!(
-            "  cores used by {name}: {:.2} quiet before, {:.2} under attack, {:.2} quiet after",
-            quiet_cores[i], attacked_cores[i], after_cores[i]
+            "  cores used by {name}: {:.2} quiet, {:.2} under attack (means over the windows)",
+            mean_cores(&quiet, i),
+            mean_cores(&attacked, i)
         );
     }
     let tally = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -435,12 +472,12 @@ fn a_thousand_bogus_clients_leave_memory_bounded_and_the_trainer_reading() {
     assert!(worker_peak < RSS_BOUND, "worker peak RSS {:.1} MiB", mib(worker_peak));
     assert!(
         ratio >= THROUGHPUT_RATIO,
-        "the trainer read {attacked:.0} elements/s under attack, {ratio:.2} of its quiet {quiet:.0}"
+        "under attack the trainer read a median {ratio:.2} of its quiet throughput (ratios {ratios:.2?})"
     );
     // The bogus load was served and refused, not dropped: joins past the caps were refused by
     // name, never with an internal error.
     let count = |key: &str| tally.0.get(key).copied().unwrap_or(0);
-    assert!(count("RegisterClient Ok") > 0 && count("StreamBatches Ok") >= BOGUS as u64 / 2);
+    assert!(count("RegisterClient Ok") > 0 && count("StreamBatches Ok") >= (ATTACKS * BOGUS) as u64 / 2);
     assert!(count("RegisterClient InvalidArgument") > 0, "over-long job names are refused");
     assert!(tally.0.keys().all(|k| !k.ends_with("Internal") && !k.ends_with("Unknown")), "{:?}", tally.0);
 }
