@@ -25,8 +25,8 @@ pub mod row;
 pub mod window;
 
 pub use planned::PlannedImage;
-pub use resize::{resize_box, resize_region};
-pub use window::{Edges, WindowPlan, choose_scale, resized_crop};
+pub use resize::{Edges, resize_box, resize_region};
+pub use window::{WindowPlan, choose_scale, resized_crop};
 
 /// Largest accepted side of an image, in pixels (decoded or produced by an operator).
 pub const MAX_SIDE: usize = 16384;

@@ -6,7 +6,6 @@
 //! taps and the same bytes, with two output pixels (AVX2) or four (AVX-512) to a vector in the
 //! horizontal pass where the crate's AVX2 pass takes one.
 
-use crate::window::Edges;
 use crate::{CropBox, RgbView};
 use fast_image_resize as fr;
 use granary_kernels::resize::{Horizontal, Vertical};
@@ -18,6 +17,15 @@ thread_local! {
     /// The passes' taps and tables, and the vertical pass's output, which the horizontal reads.
     static PASSES: RefCell<(Vertical, Horizontal, Vec<u8>)> =
         RefCell::new((Vertical::default(), Horizontal::default(), Vec::new()));
+}
+
+/// Which pixels around the box the resize filter reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edges {
+    /// Only the box rounded out to whole pixels: a crop, then a resize of the crop.
+    Box,
+    /// The window's pixels around the box: part of a resize of the whole image.
+    Image,
 }
 
 /// Keeps this thread's resizes to `kernels` or plainer (to compare kernels on one CPU).

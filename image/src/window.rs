@@ -10,7 +10,7 @@
 //! ([`choose_scale`]), so that the resize never enlarges what the IDCT shrank.
 
 use crate::jpeg::{JpegInfo, Window, with_decoder};
-use crate::resize::resize_box;
+use crate::resize::{Edges, resize_box};
 use crate::{CropBox, RgbView};
 
 /// DCT scales (`n/8`) that libjpeg-turbo has SIMD inverse DCTs for; the others (3/8, 5/8,
@@ -26,15 +26,6 @@ const SIMD_SCALES: [usize; 4] = [1, 2, 4, 8];
 /// the crop is smaller than the output.
 pub fn choose_scale(crop_h: usize, crop_w: usize, out_h: usize, out_w: usize) -> usize {
     SIMD_SCALES.into_iter().find(|&n| crop_h * n >= out_h * 8 && crop_w * n >= out_w * 8).unwrap_or(8)
-}
-
-/// Which pixels around the box the resize filter reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Edges {
-    /// Only the box rounded out to whole pixels: a crop, then a resize of the crop.
-    Box,
-    /// The window's pixels around the box: part of a resize of the whole image.
-    Image,
 }
 
 /// What to decode for one image: the scale, the window of the scaled image, and the box within
