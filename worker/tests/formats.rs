@@ -223,6 +223,29 @@ fn a_damaged_gzip_tfrecord_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.parquet");
+    let column: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 2, 3, 4]));
+    let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    let original = writer.into_inner().unwrap();
+    // Before the first page header's first field (the page type, id 1 by a delta of 1), a field
+    // of id 0 that no version of the format has: a list of 2^31 - 1 booleans, in 8 bytes. The
+    // parquet crate skips such a list one element at a time, taking no byte for each: minutes of
+    // a worker's thread.
+    assert_eq!(original[4], 0x15, "the page type first");
+    let list = [0x09, 0x00, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07];
+    let bytes = [&original[..4], &list[..], &original[4..]].concat();
+    std::fs::write(&path, &bytes).unwrap();
+    let spec = source_spec(&path, serde_json::json!({"format": "parquet"}));
+    let err = read_all(&spec).unwrap_err().to_string();
+    assert!(err.contains("numbers.parquet") && err.contains("page 0") && err.contains("steps"), "{err}");
+}
+
+#[test]
 fn a_parquet_dictionary_claiming_more_values_than_its_bytes_is_refused_before_decoding() {
     use arrow_array::{ArrayRef, RecordBatch, StringArray};
     let dir = tempfile::tempdir().unwrap();

@@ -14,9 +14,14 @@
 //!
 //! So each page costs at most a fixed multiple of its bytes and of [`SLACK`]. The headers are
 //! thrift's compact protocol, read here because the crate keeps its page header type to itself
-//! (`pub(crate)` in 60.1): only those fields are read, the rest skipped; a header that does not
-//! parse stops the check, and the crate reports it.
+//! (`pub(crate)` in 60.1). They are read as the crate reads them ([`header`]), not as the
+//! protocol says, because the crate's own read of a header may take unbounded work: a header
+//! whose read would take the crate more steps than its bytes is refused too. A header the crate
+//! fails to read (cut short, an unknown type) stops the check, and the crate reports it.
 
+mod header;
+
+use header::Unread;
 use parquet::basic::Type as PhysicalType;
 
 /// How many times its compressed bytes a page may claim uncompressed. deflate (gzip) cannot
@@ -48,200 +53,47 @@ pub(super) fn check(chunk: &[u8], value_bits: u64) -> Result<(), String> {
     let mut at = 0usize;
     let mut page = 0usize;
     while at < chunk.len() {
-        let Some(header) = header(&chunk[at..]) else {
+        let header = match header::read(&chunk[at..]) {
+            Ok(header) => header,
+            Err(Unread::Fails) => return Ok(()),
+            Err(Unread::Excess { steps, bytes }) => {
+                return Err(format!(
+                    "the header of page {page} of a column chunk would take the Parquet reader more \
+                     than {steps} steps in {bytes} bytes (a list or map that claims more elements \
+                     than it holds); the file is corrupt: rewrite it"
+                ));
+            }
+        };
+        // The crate refuses a negative size itself.
+        let (Ok(uncompressed), Ok(claimed)) =
+            (u64::try_from(header.uncompressed), u64::try_from(header.compressed))
+        else {
             return Ok(());
         };
         let data_at = at.saturating_add(header.len);
         // What the page's data could be: no more than the chunk holds after its header.
-        let compressed = header.compressed.min(chunk.len().saturating_sub(data_at) as u64);
+        let compressed = claimed.min(chunk.len().saturating_sub(data_at) as u64);
         let most = compressed.saturating_mul(MOST_RATIO).saturating_add(SLACK);
-        if header.uncompressed > most {
+        if uncompressed > most {
             return Err(format!(
-                "page {page} of a column chunk claims {} bytes uncompressed from {compressed} \
-                 compressed, more than any codec gives ({most}); the file is corrupt: rewrite it",
-                header.uncompressed
+                "page {page} of a column chunk claims {uncompressed} bytes uncompressed from {compressed} \
+                 compressed, more than any codec gives ({most}); the file is corrupt: rewrite it"
             ));
         }
-        if let Some(values) = header.dictionary_values {
-            let fit = header.uncompressed.saturating_mul(8) / value_bits.max(1);
+        // A negative count is refused by the crate itself.
+        if let Some(values) = header.dictionary_values.and_then(|v| u64::try_from(v).ok()) {
+            let fit = uncompressed.saturating_mul(8) / value_bits.max(1);
             if values > fit {
                 return Err(format!(
                     "the dictionary page (page {page}) of a column chunk claims {values} values, \
-                     more than its {} bytes hold ({fit}); the file is corrupt: rewrite it",
-                    header.uncompressed
+                     more than its {uncompressed} bytes hold ({fit}); the file is corrupt: rewrite it"
                 ));
             }
         }
-        at = data_at.saturating_add(usize::try_from(header.compressed).unwrap_or(usize::MAX));
+        at = data_at.saturating_add(usize::try_from(claimed).unwrap_or(usize::MAX));
         page += 1;
     }
     Ok(())
-}
-
-/// What a page header says of its sizes, and its own length.
-#[derive(Debug, PartialEq)]
-struct Header {
-    uncompressed: u64,
-    compressed: u64,
-    /// The values a dictionary page claims; `None` for other pages.
-    dictionary_values: Option<u64>,
-    len: usize,
-}
-
-/// `PageHeader`'s fields read here (parquet.thrift).
-const UNCOMPRESSED_SIZE: i64 = 2;
-const COMPRESSED_SIZE: i64 = 3;
-const DICTIONARY_PAGE_HEADER: i64 = 7;
-/// Compact protocol types.
-const I32: u8 = 5;
-const STRUCT: u8 = 12;
-/// Nesting deeper than this is not a page header.
-const MOST_DEPTH: u32 = 16;
-
-/// The page header at the start of `bytes`; `None` when it does not parse or lacks either size.
-fn header(bytes: &[u8]) -> Option<Header> {
-    let mut c = Cursor { bytes, at: 0 };
-    let (mut uncompressed, mut compressed, mut dictionary_values) = (None, None, None);
-    let mut fields = Fields::default();
-    while let Some((id, kind)) = fields.next(&mut c)? {
-        match (id, kind) {
-            (UNCOMPRESSED_SIZE, I32) => uncompressed = u64::try_from(c.zigzag()?).ok(),
-            (COMPRESSED_SIZE, I32) => compressed = u64::try_from(c.zigzag()?).ok(),
-            // `DictionaryPageHeader`: its field 1 is `num_values`.
-            (DICTIONARY_PAGE_HEADER, STRUCT) => dictionary_values = Some(c.struct_i32(1)?),
-            _ => c.skip(kind, 0)?,
-        }
-    }
-    Some(Header { uncompressed: uncompressed?, compressed: compressed?, dictionary_values, len: c.at })
-}
-
-/// The field headers of one compact struct, in order (ids come as deltas from the last one).
-#[derive(Default)]
-struct Fields {
-    last: i64,
-}
-
-impl Fields {
-    /// The next field's id and type; `Some(None)` at the struct's end.
-    fn next(&mut self, c: &mut Cursor<'_>) -> Option<Option<(i64, u8)>> {
-        let head = c.byte()?;
-        if head == 0 {
-            return Some(None);
-        }
-        self.last = match head >> 4 {
-            0 => c.zigzag()?,
-            // An id past i64's range is not a page header (and must not overflow).
-            delta => self.last.checked_add(i64::from(delta))?,
-        };
-        Some(Some((self.last, head & 0x0f)))
-    }
-}
-
-/// A read position in thrift compact bytes.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(b)
-    }
-
-    fn advance(&mut self, n: u64) -> Option<()> {
-        let end = self.at.checked_add(usize::try_from(n).ok()?)?;
-        (end <= self.bytes.len()).then(|| self.at = end)
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..70).step_by(7) {
-            let b = self.byte()?;
-            value |= u64::from(b & 0x7f).checked_shl(shift)?;
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    fn zigzag(&mut self) -> Option<i64> {
-        let v = self.varint()?;
-        Some((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-
-    /// Reads a struct to its end and gives its i32 field `id` (0 when absent or negative: the
-    /// crate refuses such a header itself).
-    fn struct_i32(&mut self, id: i64) -> Option<u64> {
-        let mut fields = Fields::default();
-        let mut found = 0;
-        while let Some((field, kind)) = fields.next(self)? {
-            if (field, kind) == (id, I32) {
-                found = u64::try_from(self.zigzag()?).unwrap_or(0);
-            } else {
-                self.skip(kind, 1)?;
-            }
-        }
-        Some(found)
-    }
-
-    /// Skips a value of compact type `kind` (a field's: booleans live in the field's header).
-    fn skip(&mut self, kind: u8, depth: u32) -> Option<()> {
-        match kind {
-            1 | 2 => Some(()),
-            _ => self.skip_value(kind, depth),
-        }
-    }
-
-    /// Skips a value of compact type `kind` in a collection (booleans take a byte there).
-    fn skip_value(&mut self, kind: u8, depth: u32) -> Option<()> {
-        if depth > MOST_DEPTH {
-            return None;
-        }
-        match kind {
-            1..=3 => self.advance(1),
-            4..=6 => self.varint().map(drop),
-            7 => self.advance(8),
-            8 => {
-                let n = self.varint()?;
-                self.advance(n)
-            }
-            9 | 10 => {
-                let head = self.byte()?;
-                let n = match head >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                // Every element takes a byte at least: the loop ends with the bytes.
-                for _ in 0..n {
-                    self.skip_value(head & 0x0f, depth + 1)?;
-                }
-                Some(())
-            }
-            11 => {
-                let n = self.varint()?;
-                if n == 0 {
-                    return Some(());
-                }
-                let kinds = self.byte()?;
-                for _ in 0..n {
-                    self.skip_value(kinds >> 4, depth + 1)?;
-                    self.skip_value(kinds & 0x0f, depth + 1)?;
-                }
-                Some(())
-            }
-            STRUCT => {
-                let mut fields = Fields::default();
-                while let Some((_, kind)) = fields.next(self)? {
-                    self.skip(kind, depth + 1)?;
-                }
-                Some(())
-            }
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -271,12 +123,15 @@ mod tests {
         out.extend(zigzag(uncompressed));
         out.push(0x15);
         out.extend(zigzag(compressed));
-        // Field 5 (data page) or 7 (dictionary page), a struct: field 1 i32, field 2 a list
-        // of two i32s, then its stop.
+        // Field 5 (data page) or 7 (dictionary page), a struct: field 1 i32 (the values),
+        // field 2 i32 (the encoding), field 9 (no field of the format) a list of two i32s, then
+        // its stop.
         out.push(if dictionary.is_some() { 0x4c } else { 0x2c });
         out.push(0x15);
         out.extend(zigzag(dictionary.unwrap_or(10)));
-        out.push(0x19);
+        out.push(0x15);
+        out.extend(zigzag(0));
+        out.push(0x79);
         out.push(0x25);
         out.extend(zigzag(1));
         out.extend(zigzag(2));
@@ -289,11 +144,11 @@ mod tests {
     #[test]
     fn every_page_of_a_chunk_is_read_past_its_data() {
         let one = page(100, 4, None);
-        let h = header(&one).unwrap();
+        let h = header::read(&one).unwrap();
         assert_eq!((h.uncompressed, h.compressed, h.dictionary_values), (100, 4, None));
         assert_eq!(h.len + 4, one.len(), "the header ends where its data starts");
         let dictionary = page(400, 400, Some(100));
-        assert_eq!(header(&dictionary).unwrap().dictionary_values, Some(100));
+        assert_eq!(header::read(&dictionary).unwrap().dictionary_values, Some(100));
         let fits = [dictionary, page(100, 4, None), page(SLACK as i64 + 3 * 1_100, 3, None)].concat();
         assert_eq!(check(&fits, 32), Ok(()));
         let chunk = [fits.clone(), page(1 << 30, 2, None)].concat();
@@ -305,7 +160,7 @@ mod tests {
     fn a_page_is_held_to_the_bytes_the_chunk_has_for_it() {
         // Claims 1 MiB compressed, of which the chunk holds 10 bytes.
         let mut cut = page(SLACK as i64 + 100 * 1_100, 1 << 20, None);
-        let header_len = header(&cut).unwrap().len;
+        let header_len = header::read(&cut).unwrap().len;
         cut.truncate(header_len + 10);
         let refused = check(&cut, 8).unwrap_err();
         assert!(refused.contains("from 10 compressed"), "{refused}");
@@ -320,6 +175,19 @@ mod tests {
         assert_eq!(check(&page(400, 400, Some(3_200)), least_value_bits(PhysicalType::BOOLEAN, 0)), Ok(()));
         // The found file's claim: 2^28 values in a few bytes.
         assert!(check(&page(6, 6, Some(1 << 28)), 32).is_err());
+    }
+
+    #[test]
+    fn a_header_that_would_keep_the_crate_reading_is_refused() {
+        // The page header's field 20 (no field of the format): 2^31 - 1 booleans in 6 bytes, each a
+        // step of the crate's read and none a byte of it.
+        let mut one = page(100, 4, None);
+        let header_len = header::read(&one).unwrap().len;
+        one.truncate(header_len - 1);
+        one.extend([0xf9, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00]);
+        let chunk = [page(100, 4, None), one].concat();
+        let refused = check(&chunk, 8).unwrap_err();
+        assert!(refused.contains("page 1") && refused.contains("steps"), "{refused}");
     }
 
     #[test]
@@ -340,9 +208,10 @@ mod tests {
         assert_eq!(check(&[0x00], 8), Ok(()), "no sizes");
         let negative = page(-5, 4, None);
         assert_eq!(check(&negative, 8), Ok(()), "the crate refuses a negative size itself");
-        // A list claiming more elements than there are bytes ends with them.
+        // A list at the page type's id is read as an i32, as the crate does; then the header
+        // is cut short.
         assert_eq!(check(&[0x19, 0xf5, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x02], 8), Ok(()));
-        // Structs nested past the limit.
+        // Structs at the known ids are read as i32s until the bytes end.
         assert_eq!(check(&[0x1c; 64], 8), Ok(()));
         // A field id given in full as i64's largest, then one more by delta.
         let mut past = vec![0x05];
