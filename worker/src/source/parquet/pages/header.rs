@@ -13,7 +13,7 @@
 //!   costs 2^31 steps;
 //! - a known field is read by its id whatever type its header declares (a list at id 2 is read
 //!   as an `i32`), and `i16` and `i32` values wrap, so the crate's read and the protocol's part
-//!   ways and the crate's reads the rest of the bytes as something else.
+//!   ways and the crate reads the rest of the bytes as something else.
 //!
 //! A 1.3 KB file found by fuzzing kept the fuzzing build in the crate's skip loop for over two
 //! minutes (`fuzz/regressions/source_parquet/page-header-list-of-booleans`).
