@@ -98,21 +98,8 @@ pub(super) fn check(chunk: &[u8], value_bits: u64) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::header::tests::zigzag;
     use super::*;
-
-    fn zigzag(v: i64) -> Vec<u8> {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        let mut out = Vec::new();
-        loop {
-            let b = (z & 0x7f) as u8;
-            z >>= 7;
-            if z == 0 {
-                out.push(b);
-                return out;
-            }
-            out.push(b | 0x80);
-        }
-    }
 
     /// A page header (type, sizes, then a page header struct holding a count and a list)
     /// followed by `compressed` bytes of data: a data page, or a dictionary page of `values`.

@@ -244,7 +244,7 @@ fn element_type(nibble: u8) -> Step<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A field header: `delta` from the last id, compact type `kind`.
@@ -252,7 +252,8 @@ mod tests {
         delta << 4 | kind
     }
 
-    fn varint(mut v: u64) -> Vec<u8> {
+    /// `v` as an unsigned varint.
+    pub(in crate::source::parquet::pages) fn varint(mut v: u64) -> Vec<u8> {
         let mut out = Vec::new();
         loop {
             let b = (v & 0x7f) as u8;
@@ -265,7 +266,8 @@ mod tests {
         }
     }
 
-    fn zigzag(v: i64) -> Vec<u8> {
+    /// `v` as a zigzag varint (thrift's compact `i16`, `i32` and `i64`).
+    pub(in crate::source::parquet::pages) fn zigzag(v: i64) -> Vec<u8> {
         varint(((v << 1) ^ (v >> 63)) as u64)
     }
 
