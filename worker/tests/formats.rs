@@ -246,6 +246,37 @@ fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
 }
 
 #[test]
+fn a_parquet_footer_that_would_keep_the_reader_skipping_is_refused() {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.parquet");
+    let column: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 2, 3, 4]));
+    let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    let original = writer.into_inner().unwrap();
+    // At the start of the footer, a field of id 0 that no version of the format has: a list of
+    // 2^31 - 1 booleans, in 8 bytes, which the parquet crate skips one element at a time, taking
+    // no byte for each. The footer's length, before the closing `PAR1`, grows by 8.
+    let n = original.len();
+    let len = u32::from_le_bytes(original[n - 8..n - 4].try_into().unwrap());
+    let footer_at = n - 8 - len as usize;
+    let list = [0x09, 0x00, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07];
+    let bytes = [
+        &original[..footer_at],
+        &list[..],
+        &original[footer_at..n - 8],
+        &(len + 8).to_le_bytes()[..],
+        b"PAR1",
+    ]
+    .concat();
+    std::fs::write(&path, &bytes).unwrap();
+    let spec = source_spec(&path, serde_json::json!({"format": "parquet"}));
+    let err = read_all(&spec).unwrap_err().to_string();
+    assert!(err.contains("numbers.parquet") && err.contains("footer") && err.contains("steps"), "{err}");
+}
+
+#[test]
 fn a_parquet_dictionary_claiming_more_values_than_its_bytes_is_refused_before_decoding() {
     use arrow_array::{ArrayRef, RecordBatch, StringArray};
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,9 @@
 // it still reads correctly over any `object_store`, and replacing it is tracked for the cache work.
 #![allow(deprecated)]
 
+mod footer;
 mod pages;
+mod thrift;
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::contained::contained;
@@ -21,7 +23,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader, ParquetRecordBatchStreamBuilder};
 use parquet::errors::ParquetError;
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::FOOTER_SIZE;
+use parquet::file::metadata::{FooterTail, ParquetMetaData, ParquetMetaDataReader};
 use std::ops::Range;
 use std::sync::Arc;
 use tokio::runtime::Handle;
@@ -33,6 +36,7 @@ fn reader(store: &Arc<dyn ObjectStore>, object: &Object) -> CheckedReader {
     CheckedReader {
         inner: ParquetObjectReader::new(Arc::clone(store), object.location.clone())
             .with_file_size(object.size),
+        size: object.size,
         chunks: Vec::new(),
     }
 }
@@ -43,11 +47,13 @@ struct Chunk {
     value_bits: u64,
 }
 
-/// The object's reader: it checks the page headers of each column chunk it fetches before the
-/// parquet crate decodes them (see [`pages`]). Fetches are unchanged; a chunk's bytes are
-/// checked where they arrive.
+/// The object's reader: it checks the footer ([`footer`]) and the page headers of each column
+/// chunk it fetches ([`pages`]) before the parquet crate decodes them. Fetches are unchanged; a
+/// chunk's bytes are checked where they arrive.
 struct CheckedReader {
     inner: ParquetObjectReader,
+    /// The object's size in bytes.
+    size: u64,
     /// Every column chunk of the file, from its footer.
     chunks: Vec<Chunk>,
 }
@@ -62,6 +68,32 @@ impl CheckedReader {
             pages::check(held, chunk.value_bits).map_err(ParquetError::General)?;
         }
         Ok(())
+    }
+
+    /// Fetches the footer as the crate's metadata reader does (its closing length and magic,
+    /// then its bytes), checks it, and decodes it. The crate's errors are kept for what it
+    /// refuses itself.
+    async fn metadata(&mut self) -> parquet::errors::Result<ParquetMetaData> {
+        let size = self.size;
+        let tail_at = size
+            .checked_sub(FOOTER_SIZE as u64)
+            .ok_or_else(|| ParquetError::EOF(format!("file size of {size} is less than footer")))?;
+        let tail = self.inner.get_bytes(tail_at..size).await?;
+        let tail = <[u8; FOOTER_SIZE]>::try_from(tail.as_ref())
+            .map_err(|_| ParquetError::EOF(format!("read {} bytes of the footer's 8", tail.len())))?;
+        let tail = FooterTail::try_new(&tail)?;
+        if tail.is_encrypted_footer() {
+            return Err(ParquetError::General(
+                "Parquet file has an encrypted footer, which this reader does not decrypt".into(),
+            ));
+        }
+        let length = tail.metadata_length();
+        let start = tail_at.checked_sub(length as u64).ok_or_else(|| {
+            ParquetError::EOF(format!("file size of {size} is less than footer + metadata {}", length + 8))
+        })?;
+        let footer = self.inner.get_bytes(start..tail_at).await?;
+        footer::check(&footer).map_err(ParquetError::General)?;
+        ParquetMetaDataReader::decode_metadata(&footer)
     }
 }
 
@@ -89,12 +121,15 @@ impl AsyncFileReader for CheckedReader {
         .boxed()
     }
 
+    /// The footer, checked and decoded. `options` are those of `ParquetRecordBatchStreamBuilder::new`,
+    /// the only builder this reader is given to: their metadata options are the defaults, which
+    /// the footer check mirrors, and they load no page index.
     fn get_metadata<'a>(
         &'a mut self,
-        options: Option<&'a ArrowReaderOptions>,
+        _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
-            let metadata = self.inner.get_metadata(options).await?;
+            let metadata = Arc::new(self.metadata().await?);
             let columns = metadata.row_groups().iter().flat_map(|group| group.columns());
             self.chunks = columns
                 .filter_map(|c| {

@@ -21,7 +21,7 @@
 
 mod header;
 
-use header::Unread;
+use super::thrift::Unread;
 use parquet::basic::Type as PhysicalType;
 
 /// How many times its compressed bytes a page may claim uncompressed. deflate (gzip) cannot
@@ -98,8 +98,8 @@ pub(super) fn check(chunk: &[u8], value_bits: u64) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::header::tests::zigzag;
     use super::*;
+    use crate::source::parquet::thrift::encode::zigzag;
 
     /// A page header (type, sizes, then a page header struct holding a count and a list)
     /// followed by `compressed` bytes of data: a data page, or a dictionary page of `values`.

@@ -1,31 +1,13 @@
 //! A page header read step for step as the parquet crate (60.1) reads it: `PageHeader`'s
 //! `read_thrift_without_stats` over its `ThriftReadInputProtocol`, the protocol it reads page
-//! headers with. The point is not the values alone but the work: this reader takes the same
-//! path through the bytes, so it knows how many steps the crate's read will take before the crate
-//! takes them.
-//!
-//! Three ways in which the crate's read is not thrift's compact protocol make its work unbounded
-//! by the bytes, and so are mirrored here:
-//! - a boolean element of a list, set or map takes no byte (the protocol writes one), so a list
-//!   of 2^31 booleans costs 2^31 steps and 6 bytes;
-//! - a skipped `double`, UUID or binary past the end of the bytes is not an error: the skip
-//!   stops at the end and the read goes on, so a list of 2^31 doubles at the end of a chunk
-//!   costs 2^31 steps;
-//! - a known field is read by its id whatever type its header declares (a list at id 2 is read
-//!   as an `i32`), and `i16` and `i32` values wrap, so the crate's read and the protocol's part
-//!   ways and the crate reads the rest of the bytes as something else.
+//! headers with (see [`Cursor`] and its module for how that read differs from the protocol, and
+//! why it matters).
 //!
 //! A 1.3 KB file found by fuzzing kept the fuzzing build in the crate's skip loop for over two
-//! minutes (`fuzz/regressions/source_parquet/page-header-list-of-booleans`).
-//! [`read`] counts the crate's steps (a field of a skipped struct, an element of a collection)
-//! and gives up, as an error, once they pass the bytes read by [`SLACK_STEPS`]: a header that a
-//! writer produced takes a byte at least for each.
+//! minutes (`fuzz/regressions/source_parquet/page-header-list-of-booleans`). [`read`] gives up,
+//! as [`Unread::Excess`], once the crate's steps would pass the header's bytes.
 
-/// Steps past the bytes read that a header may take before it is refused: a writer's header
-/// takes none (each field and element takes a byte at least).
-pub(super) const SLACK_STEPS: usize = 64;
-/// The crate's depth for a skip (`DEFAULT_SKIP_DEPTH`).
-const SKIP_DEPTH: u32 = 64;
+use crate::source::parquet::thrift::{Cursor, Protocol, SKIP_DEPTH, Step, Unread, bool_field};
 
 /// What a page header says of its sizes (the crate's values: wrapped to `i32`), and its own
 /// length as the crate counts it.
@@ -38,21 +20,9 @@ pub(super) struct Header {
     pub(super) len: usize,
 }
 
-/// Why a header was not read to its end.
-#[derive(Debug, PartialEq)]
-pub(super) enum Unread {
-    /// The crate's read fails here as well, after no more steps than bytes: it reports the
-    /// error itself.
-    Fails,
-    /// The crate's read would take more steps than the header's bytes (by [`SLACK_STEPS`]).
-    Excess { steps: usize, bytes: usize },
-}
-
-type Step<T> = Result<T, Unread>;
-
 /// Reads the page header at the start of `bytes` as the crate does.
 pub(super) fn read(bytes: &[u8]) -> Step<Header> {
-    let mut c = Cursor { bytes, at: 0, steps: 0 };
+    let mut c = Cursor::new(bytes, Protocol::Read);
     let (mut uncompressed, mut compressed, mut dictionary_values) = (None, None, None);
     c.fields(|c, id, kind| {
         match id {
@@ -60,9 +30,9 @@ pub(super) fn read(bytes: &[u8]) -> Step<Header> {
             2 => uncompressed = Some(c.i32()?),
             3 => compressed = Some(c.i32()?),
             // The data page headers (v1 and v2): their i32 fields by id, a boolean at v2's 7.
-            5 => c.known(&[1, 2, 3, 4], None)?,
+            5 => known(c, &[1, 2, 3, 4], None)?,
             // The index page header: no field of its own.
-            6 => c.known(&[], None)?,
+            6 => known(c, &[], None)?,
             7 => {
                 let mut values = 0;
                 c.fields(|c, id, kind| match id {
@@ -76,7 +46,7 @@ pub(super) fn read(bytes: &[u8]) -> Step<Header> {
                 })?;
                 dictionary_values = Some(values);
             }
-            8 => c.known(&[1, 2, 3, 4, 5, 6], Some(7))?,
+            8 => known(c, &[1, 2, 3, 4, 5, 6], Some(7))?,
             _ => c.skip(kind, SKIP_DEPTH)?,
         }
         Ok(())
@@ -84,192 +54,28 @@ pub(super) fn read(bytes: &[u8]) -> Step<Header> {
     let (Some(uncompressed), Some(compressed)) = (uncompressed, compressed) else {
         return Err(Unread::Fails);
     };
-    Ok(Header { uncompressed, compressed, dictionary_values, len: c.at })
+    Ok(Header { uncompressed, compressed, dictionary_values, len: c.at() })
 }
 
-/// A boolean field's value is in its header; the crate refuses any other type there.
-fn bool_field(kind: u8) -> Step<()> {
-    if matches!(kind, 1 | 2) { Ok(()) } else { Err(Unread::Fails) }
-}
-
-/// The crate's read position, and the steps it has taken.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    steps: usize,
-}
-
-impl Cursor<'_> {
-    /// One more step: an error once they pass the bytes read by [`SLACK_STEPS`].
-    fn step(&mut self) -> Step<()> {
-        self.steps += 1;
-        if self.steps > self.at.saturating_add(SLACK_STEPS) {
-            return Err(Unread::Excess { steps: self.steps, bytes: self.at });
+/// A struct whose fields `i32s` are read as `i32` and `boolean` as a boolean, whatever their
+/// declared types, and the rest skipped.
+fn known(c: &mut Cursor<'_>, i32s: &[i16], boolean: Option<i16>) -> Step<()> {
+    c.fields(|c, id, kind| {
+        if i32s.contains(&id) {
+            c.i32().map(drop)
+        } else if Some(id) == boolean {
+            bool_field(kind)
+        } else {
+            c.skip(kind, SKIP_DEPTH)
         }
-        Ok(())
-    }
-
-    fn byte(&mut self) -> Step<u8> {
-        let b = *self.bytes.get(self.at).ok_or(Unread::Fails)?;
-        self.at += 1;
-        Ok(b)
-    }
-
-    /// `skip_bytes`: up to `n` bytes, fewer at the end and no error (`io::copy` of a `take`).
-    fn skip_bytes(&mut self, n: u64) -> Step<()> {
-        let left = (self.bytes.len() - self.at) as u64;
-        self.at += usize::try_from(n.min(left)).unwrap_or(0);
-        Ok(())
-    }
-
-    /// `read_vlq`: as many bytes as the varint has, the shift wrapping as the crate's does.
-    fn varint(&mut self) -> Step<u64> {
-        let (mut value, mut shift) = (0u64, 0u32);
-        loop {
-            let b = self.byte()?;
-            value |= u64::from(b & 0x7f).wrapping_shl(shift);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-            shift = shift.wrapping_add(7);
-        }
-    }
-
-    fn zigzag(&mut self) -> Step<i64> {
-        let v = self.varint()?;
-        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-
-    /// `read_i32`: the zigzag value cut to 32 bits, as the crate's `as` does.
-    fn i32(&mut self) -> Step<i32> {
-        Ok(self.zigzag()? as i32)
-    }
-
-    /// Reads a struct's fields to its stop, calling `field` with each one's id and type.
-    fn fields(&mut self, mut field: impl FnMut(&mut Self, i16, u8) -> Step<()>) -> Step<()> {
-        let mut last = 0i16;
-        loop {
-            let head = self.byte()?;
-            let kind = head & 0x0f;
-            if kind == 0 {
-                return Ok(());
-            }
-            if kind > 13 {
-                return Err(Unread::Fails);
-            }
-            let id = match head >> 4 {
-                // `read_i16`: the zigzag value cut to 16 bits.
-                0 => self.zigzag()? as i16,
-                delta => last.checked_add(i16::from(delta)).ok_or(Unread::Fails)?,
-            };
-            self.step()?;
-            field(self, id, kind)?;
-            last = id;
-        }
-    }
-
-    /// A struct whose fields `i32s` are read as `i32` and `boolean` as a boolean, whatever their
-    /// declared types, and the rest skipped.
-    fn known(&mut self, i32s: &[i16], boolean: Option<i16>) -> Step<()> {
-        self.fields(|c, id, kind| {
-            if i32s.contains(&id) {
-                c.i32().map(drop)
-            } else if Some(id) == boolean {
-                bool_field(kind)
-            } else {
-                c.skip(kind, SKIP_DEPTH)
-            }
-        })
-    }
-
-    /// `skip_till_depth`: skips a value of type `kind`.
-    fn skip(&mut self, kind: u8, depth: u32) -> Step<()> {
-        if depth == 0 {
-            return Err(Unread::Fails);
-        }
-        match kind {
-            // A boolean: no byte, as a field (its value is in the field's header) and, unlike
-            // the protocol, as an element.
-            1 | 2 => Ok(()),
-            3 => self.byte().map(drop),
-            4..=6 => self.varint().map(drop),
-            7 => self.skip_bytes(8),
-            8 => {
-                let n = self.varint()?;
-                self.skip_bytes(n)
-            }
-            9 | 10 => {
-                let head = self.byte()?;
-                if head == 0 {
-                    return Ok(());
-                }
-                let element = element_type(head & 0x0f)?;
-                let n = match head >> 4 {
-                    15 => i32::try_from(self.varint()?).map_err(|_| Unread::Fails)?,
-                    n => i32::from(n),
-                };
-                for _ in 0..n {
-                    self.step()?;
-                    self.skip(element, depth - 1)?;
-                }
-                Ok(())
-            }
-            11 => {
-                let n = i32::try_from(self.varint()?).map_err(|_| Unread::Fails)?;
-                if n > 0 {
-                    let kinds = self.byte()?;
-                    let (key, value) = (element_type(kinds >> 4)?, element_type(kinds & 0x0f)?);
-                    for _ in 0..n {
-                        self.step()?;
-                        self.skip(key, depth - 1)?;
-                        self.skip(value, depth - 1)?;
-                    }
-                }
-                Ok(())
-            }
-            12 => self.fields(|c, _, kind| c.skip(kind, depth - 1)),
-            13 => self.skip_bytes(16),
-            _ => Err(Unread::Fails),
-        }
-    }
-}
-
-/// A collection's element type as the crate takes it (`ElementType`, then `FieldType`): 1 and
-/// 2 are both a boolean.
-fn element_type(nibble: u8) -> Step<u8> {
-    match nibble {
-        1..=13 => Ok(nibble),
-        _ => Err(Unread::Fails),
-    }
+    })
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
-
-    /// A field header: `delta` from the last id, compact type `kind`.
-    fn field(delta: u8, kind: u8) -> u8 {
-        delta << 4 | kind
-    }
-
-    /// `v` as an unsigned varint.
-    pub(in crate::source::parquet::pages) fn varint(mut v: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return out;
-            }
-            out.push(b | 0x80);
-        }
-    }
-
-    /// `v` as a zigzag varint (thrift's compact `i16`, `i32` and `i64`).
-    pub(in crate::source::parquet::pages) fn zigzag(v: i64) -> Vec<u8> {
-        varint(((v << 1) ^ (v >> 63)) as u64)
-    }
+    use crate::source::parquet::thrift::SLACK_STEPS;
+    use crate::source::parquet::thrift::encode::{field, varint, zigzag};
 
     /// Fields 1–3 of a data page header (type 0, the two sizes), then `rest`, then the stop.
     fn header_with(rest: &[u8]) -> Vec<u8> {
