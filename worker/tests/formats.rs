@@ -222,16 +222,21 @@ fn a_damaged_gzip_tfrecord_is_an_error_not_a_panic() {
     assert!(err.contains("compression: none"), "{err}");
 }
 
-#[test]
-fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
+/// A Parquet file of one INT64 column `x` holding 1, 2, 3 and 4, as the parquet crate writes it.
+fn four_numbers() -> Vec<u8> {
     use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("numbers.parquet");
     let column: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 2, 3, 4]));
     let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
     let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
     writer.write(&batch).unwrap();
-    let original = writer.into_inner().unwrap();
+    writer.into_inner().unwrap()
+}
+
+#[test]
+fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.parquet");
+    let original = four_numbers();
     // Before the first page header's first field (the page type, id 1 by a delta of 1), a field
     // of id 0 that no version of the format has: a list of 2^31 - 1 booleans, in 8 bytes. The
     // parquet crate skips such a list one element at a time, taking no byte for each: minutes of
@@ -247,14 +252,9 @@ fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
 
 #[test]
 fn a_parquet_footer_that_would_keep_the_reader_skipping_is_refused() {
-    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("numbers.parquet");
-    let column: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1, 2, 3, 4]));
-    let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    let original = writer.into_inner().unwrap();
+    let original = four_numbers();
     // At the start of the footer, a field of id 0 that no version of the format has: a list of
     // 2^31 - 1 booleans, in 8 bytes, which the parquet crate skips one element at a time, taking
     // no byte for each. The footer's length, before the closing `PAR1`, grows by 8.
