@@ -27,6 +27,7 @@ fn main() {
         ("source_webdataset", webdataset()),
         ("source_tfrecord", tfrecord()),
         ("source_jsonl", jsonl()),
+        ("source_csv", csv()),
         ("source_parquet", parquet()),
         ("cache", cache()),
     ];
@@ -261,6 +262,16 @@ fn jsonl() -> Seeds {
     vec![
         ("rows.jsonl", b"{\"text\": \"a\", \"label\": 1, \"x\": [1.5, 2]}\n{\"text\": \"b\", \"label\": 2, \"x\": [3, 4]}\n".to_vec()),
         ("nested.jsonl", b"{\"a\": {\"b\": [true, null, \"c\"]}, \"n\": -7}\n\n{\"a\": 1}\r\n".to_vec()),
+    ]
+}
+
+fn csv() -> Seeds {
+    vec![
+        (
+            "rows.csv",
+            b"text,label,score\na,1,0.5\n\"b, quoted\",2,-3e2\n\"c \"\"x\"\"\",007,n/a\r\n".to_vec(),
+        ),
+        ("rows.tsv", b"id\tcaption\n1\ta cat\n\n2\t\n".to_vec()),
     ]
 }
 

@@ -12,7 +12,7 @@
 //! | [`dispatcher_requests`] | a sequence of dispatcher gRPC requests, decoded with prost and served in-process |
 //! | [`worker_requests`] | a worker's `StreamBatches` requests: field checks, capabilities, stream limits |
 //! | [`image_decode`] | `image.decode` (JPEG, PNG, WebP), the fused JPEG crop path, and `decode_window` |
-//! | [`source_webdataset`], [`source_tfrecord`], [`source_jsonl`], [`source_parquet`] | a source object, listed and read |
+//! | [`source_webdataset`], [`source_tfrecord`], [`source_jsonl`], [`source_csv`], [`source_parquet`] | a source object, listed and read |
 //! | [`cache`] | the cache's split manifests and chunk objects |
 
 mod cache;
@@ -30,7 +30,7 @@ pub use dispatcher::dispatcher_requests;
 pub use image::image_decode;
 pub use manifest::manifest;
 pub use panics::unwind_dependency_panics;
-pub use sources::{source_jsonl, source_parquet, source_tfrecord, source_webdataset};
+pub use sources::{source_csv, source_jsonl, source_parquet, source_tfrecord, source_webdataset};
 pub use worker::worker_requests;
 
 /// A fuzz target: a function of the fuzzer's bytes.
@@ -45,6 +45,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("source_webdataset", source_webdataset),
     ("source_tfrecord", source_tfrecord),
     ("source_jsonl", source_jsonl),
+    ("source_csv", source_csv),
     ("source_parquet", source_parquet),
     ("cache", cache),
 ];

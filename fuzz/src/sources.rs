@@ -57,6 +57,14 @@ pub fn source_jsonl(data: &[u8]) {
     read("fuzz-jsonl", "data.jsonl", "jsonl", data);
 }
 
+/// A CSV file, or a TSV file (tab-delimited) when its first line holds a tab: the delimiter
+/// follows the name, as a worker's does.
+pub fn source_csv(data: &[u8]) {
+    let first_line = data.split(|&b| b == b'\n').next().unwrap_or_default();
+    let name = if first_line.contains(&b'\t') { "data.tsv" } else { "data.csv" };
+    read("fuzz-csv", name, "csv", data);
+}
+
 /// A Parquet file: its footer is read when listing, then each row group.
 pub fn source_parquet(data: &[u8]) {
     read("fuzz-parquet", "data.parquet", "parquet", data);
@@ -66,15 +74,15 @@ pub fn source_parquet(data: &[u8]) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_valid_jsonl_file_is_read_to_its_end() {
-        // Through the same store and listing as the target, checked to yield its elements.
-        let memory = granary_worker::store::memory_store("fuzz-jsonl-check");
-        let location = StorePath::from("in/data.jsonl");
-        let payload = PutPayload::from(bytes::Bytes::from_static(b"{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3}\n"));
-        runtime().block_on(memory.put(&location, payload)).unwrap();
+    /// The elements of `data` put at `name` and read as `format`, through the same store and
+    /// listing as the targets.
+    fn elements(name: &str, format: &str, data: &'static [u8]) -> usize {
+        let store = format!("fuzz-{format}-check");
+        let memory = granary_worker::store::memory_store(&store);
+        let location = StorePath::from(format!("in/{name}"));
+        runtime().block_on(memory.put(&location, PutPayload::from(bytes::Bytes::from_static(data)))).unwrap();
         let spec: SourceSpec = serde_json::from_value(
-            serde_json::json!({"url": "memory://fuzz-jsonl-check/in/", "format": "jsonl"}),
+            serde_json::json!({"url": format!("memory://{store}/in/"), "format": format}),
         )
         .unwrap();
         let source = runtime().block_on(Source::open(&spec, 8)).unwrap();
@@ -87,6 +95,12 @@ mod tests {
                 })
                 .unwrap();
         }
-        assert_eq!(seen, 3);
+        seen
+    }
+
+    #[test]
+    fn a_valid_file_of_each_text_format_is_read_to_its_end() {
+        assert_eq!(elements("data.jsonl", "jsonl", b"{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3}\n"), 3);
+        assert_eq!(elements("data.csv", "csv", b"a,b\n1,x\n2,\"y, z\"\n"), 2);
     }
 }
