@@ -251,6 +251,33 @@ fn a_parquet_page_header_that_would_keep_the_reader_skipping_is_refused() {
 }
 
 #[test]
+fn a_parquet_file_whose_closing_bytes_are_wrong_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.parquet");
+    let original = four_numbers();
+    let n = original.len();
+    let closing = |len: u32, magic: &[u8]| [&original[..n - 8], &len.to_le_bytes()[..], magic].concat();
+    let len = u32::from_le_bytes(original[n - 8..n - 4].try_into().unwrap());
+    let spec = source_spec(&path, serde_json::json!({"format": "parquet"}));
+    for (why, bytes) in [
+        ("shorter than the closing bytes", b"PAR1".to_vec()),
+        ("a footer longer than the file", closing(n as u32, b"PAR1")),
+        ("an empty footer", closing(0, b"PAR1")),
+        ("no closing magic", closing(len, b"PAR2")),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_all(&spec).unwrap_err().to_string();
+        eprintln!("{why}: {err}");
+        assert!(
+            err.contains("numbers.parquet") && err.contains("not a readable Parquet file"),
+            "{why}: {err}"
+        );
+    }
+    std::fs::write(&path, closing(len, b"PAR1")).unwrap();
+    assert_eq!(read_all(&spec).unwrap().len(), 4, "the file as written reads");
+}
+
+#[test]
 fn a_parquet_footer_that_would_keep_the_reader_skipping_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("numbers.parquet");

@@ -91,7 +91,8 @@ impl CheckedReader {
         let start = tail_at.checked_sub(length as u64).ok_or_else(|| {
             ParquetError::EOF(format!("file size of {size} is less than footer + metadata {}", length + 8))
         })?;
-        let footer = self.inner.get_bytes(start..tail_at).await?;
+        // An empty footer is not fetched (a store refuses an empty range); the crate refuses it.
+        let footer = if length == 0 { Bytes::new() } else { self.inner.get_bytes(start..tail_at).await? };
         footer::check(&footer).map_err(ParquetError::General)?;
         ParquetMetaDataReader::decode_metadata(&footer)
     }
