@@ -34,8 +34,7 @@ const ROWS_PER_BATCH: usize = 1024;
 
 fn reader(store: &Arc<dyn ObjectStore>, object: &Object) -> CheckedReader {
     CheckedReader {
-        inner: ParquetObjectReader::new(Arc::clone(store), object.location.clone())
-            .with_file_size(object.size),
+        inner: ParquetObjectReader::new(Arc::clone(store), object.location.clone()),
         size: object.size,
         chunks: Vec::new(),
     }
@@ -52,7 +51,7 @@ struct Chunk {
 /// chunk's bytes are checked where they arrive.
 struct CheckedReader {
     inner: ParquetObjectReader,
-    /// The object's size in bytes.
+    /// The object's size in bytes, from its listing: where the footer ends.
     size: u64,
     /// Every column chunk of the file, from its footer.
     chunks: Vec<Chunk>,
@@ -89,7 +88,8 @@ impl CheckedReader {
         }
         let length = tail.metadata_length();
         let start = tail_at.checked_sub(length as u64).ok_or_else(|| {
-            ParquetError::EOF(format!("file size of {size} is less than footer + metadata {}", length + 8))
+            let needs = length + FOOTER_SIZE;
+            ParquetError::EOF(format!("file size of {size} is less than footer + metadata {needs}"))
         })?;
         // An empty footer is not fetched (a store refuses an empty range); the crate refuses it.
         let footer = if length == 0 { Bytes::new() } else { self.inner.get_bytes(start..tail_at).await? };
