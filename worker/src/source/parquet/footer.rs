@@ -10,10 +10,11 @@
 //!
 //! Each struct is read as the crate reads it: a known id by the crate's type for it, whatever
 //! type the field declares, and any other id skipped by its declared type. Where the crate
-//! refuses a value (an enum out of range, a required field missing, a list of the wrong element
-//! type read whole) this reader may read on: it then counts steps the crate does not take,
-//! which can only refuse a footer the crate refuses too. Where this reader stops, the crate
-//! fails as well, at the same byte.
+//! refuses a value (an enum out of range, a string that is not UTF-8, a required field missing,
+//! a list that claims more elements than bytes are left, a schema that does not build) this
+//! reader may read on: it then counts steps the crate does not take, which can only refuse a
+//! footer the crate refuses too. Where this reader stops (the bytes end, a type no protocol has,
+//! a list of another element type than the crate's), the crate fails as well, at the same byte.
 
 use super::thrift::{Cursor, Protocol, SKIP_DEPTH, Step, Unread, bool_field};
 
