@@ -15,6 +15,8 @@ pub mod buffers;
 pub mod cache;
 pub mod catalog;
 mod contained;
+#[cfg(test)]
+mod counting_store;
 pub mod element;
 pub mod engine;
 pub mod executor;
