@@ -212,6 +212,8 @@ pub struct Source {
     projection: Option<Arc<Projection>>,
     /// Reads in flight for `format: files` splits, tuned as they go.
     read_ahead: Arc<ReadAhead>,
+    /// The decoded footers of its Parquet files, from the listing on.
+    footers: parquet::Footers,
 }
 
 /// One listed input.
@@ -240,9 +242,10 @@ impl Source {
     /// Lists the dataset at `spec.url` into splits; `batch_size` sizes the default split of
     /// `format: files` (see [`SourceSpec::files_per_split`]).
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
-        let (listed, splits) = Self::list_input(spec, batch_size).await?;
+        let footers = parquet::Footers::new(parquet::FOOTERS_BUDGET);
+        let (listed, splits) = Self::list_input(spec, batch_size, 0, &footers).await?;
         let inputs = vec![Listed { splits: 0..splits.len(), ..listed }];
-        Ok(Source { inputs, splits, projection: None, read_ahead: Arc::new(ReadAhead::new(true)) })
+        Ok(Source { inputs, splits, projection: None, read_ahead: Arc::new(ReadAhead::new(true)), footers })
     }
 
     /// Lists every input of `spec` (its `source`, or each of its `sources` in order), numbering
@@ -251,8 +254,10 @@ impl Source {
     pub async fn open_all(spec: &InputPipelineSpec, batch_size: usize) -> Result<Source, SourceError> {
         let mut inputs = Vec::new();
         let mut splits: Vec<Split> = Vec::new();
+        let footers = parquet::Footers::new(parquet::FOOTERS_BUDGET);
         for (index, input) in spec.inputs().into_iter().enumerate() {
-            let (listed, listed_splits) = Self::list_input(input.source, batch_size).await.map_err(|e| {
+            let listing = Self::list_input(input.source, batch_size, index, &footers).await;
+            let (listed, listed_splits) = listing.map_err(|e| {
                 if index == 0 && !spec.is_mixed() { e } else { e.at_input(&input.path.to_string()) }
             })?;
             let first = splits.len();
@@ -264,10 +269,16 @@ impl Source {
             inputs.push(Listed { splits: first..splits.len(), ..listed });
         }
         let read_ahead = Arc::new(ReadAhead::new(spec.optimize));
-        Ok(Source { inputs, splits, projection: None, read_ahead })
+        Ok(Source { inputs, splits, projection: None, read_ahead, footers })
     }
 
-    async fn list_input(spec: &SourceSpec, batch_size: usize) -> Result<(Listed, Vec<Split>), SourceError> {
+    /// Lists `spec`, the source's input number `input`, keeping its Parquet footers in `footers`.
+    async fn list_input(
+        spec: &SourceSpec,
+        batch_size: usize,
+        input: usize,
+        footers: &parquet::Footers,
+    ) -> Result<(Listed, Vec<Split>), SourceError> {
         let located = throttled(store::open(&spec.url)?)?;
         let objects = list(&located).await?;
         let identity = identity(&objects);
@@ -287,7 +298,7 @@ impl Source {
                 |n| n.ends_with(".jsonl") || n.ends_with(".ndjson"),
                 |o, _| SplitKind::Jsonl(o),
             )?,
-            SourceFormat::Parquet => parquet::splits(&located, objects).await?,
+            SourceFormat::Parquet => parquet::splits(&located, objects, input, footers).await?,
             SourceFormat::Tfrecord => tfrecord::splits(&located, spec, objects)?,
             SourceFormat::Csv => self::csv::splits(&located, spec, objects)?,
         };
@@ -386,8 +397,9 @@ impl Source {
             SplitKind::Shard(object) => webdataset::read(store, root, object, rt, emit),
             SplitKind::Jsonl(object) => jsonl::read(store, root, object, projection, rt, emit),
             SplitKind::RowGroup { object, row_group, first_row, .. } => {
-                let group = parquet::Group { object, index: *row_group, first_row: *first_row };
-                parquet::read(store, root, group, projection, rt, emit)
+                let group =
+                    parquet::Group { input: split.input, object, index: *row_group, first_row: *first_row };
+                parquet::read(store, root, group, &self.footers, projection, rt, emit)
             }
             SplitKind::Tfrecord { object, gzip } => tfrecord::read(store, root, object, *gzip, rt, emit),
             SplitKind::Csv { object, delimiter } => {

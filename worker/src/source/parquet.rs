@@ -7,14 +7,18 @@
 #![allow(deprecated)]
 
 mod footer;
+mod footers;
 mod pages;
 mod thrift;
+
+pub(super) use footers::{BUDGET as FOOTERS_BUDGET, Footers};
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::contained::contained;
 use crate::element::Element;
 use crate::store::Located;
 use bytes::Bytes;
+use footers::{Chunk, Footer};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path as StorePath;
@@ -32,18 +36,30 @@ use tokio::runtime::Handle;
 /// Rows decoded at once.
 const ROWS_PER_BATCH: usize = 1024;
 
-fn reader(store: &Arc<dyn ObjectStore>, object: &Object) -> CheckedReader {
+/// `object`'s reader; `chunks` are its column chunks, from its footer (none before it is read).
+fn reader(store: &Arc<dyn ObjectStore>, object: &Object, chunks: Arc<[Chunk]>) -> CheckedReader {
     CheckedReader {
         inner: ParquetObjectReader::new(Arc::clone(store), object.location.clone()),
         size: object.size,
-        chunks: Vec::new(),
+        chunks,
     }
 }
 
-/// A column chunk as the footer places it, and the least bits each of its values takes.
-struct Chunk {
-    bytes: Range<u64>,
-    value_bits: u64,
+/// `object`'s footer, decoded: the one `footers` keeps for it (as `input`'s), or else read,
+/// checked and decoded, then kept.
+async fn footer(
+    store: &Arc<dyn ObjectStore>,
+    object: &Object,
+    input: usize,
+    footers: &Footers,
+) -> parquet::errors::Result<Arc<Footer>> {
+    if let Some(kept) = footers.get(input, &object.location, object.size) {
+        return Ok(kept);
+    }
+    let metadata = reader(store, object, Arc::default()).metadata().await?;
+    let footer = Arc::new(Footer::new(Arc::new(metadata))?);
+    footers.keep(input, &object.location, object.size, &footer);
+    Ok(footer)
 }
 
 /// The object's reader: it checks the footer ([`footer`]) and the page headers of each column
@@ -54,7 +70,7 @@ struct CheckedReader {
     /// The object's size in bytes, from its listing: where the footer ends.
     size: u64,
     /// Every column chunk of the file, from its footer.
-    chunks: Vec<Chunk>,
+    chunks: Arc<[Chunk]>,
 }
 
 impl CheckedReader {
@@ -122,45 +138,41 @@ impl AsyncFileReader for CheckedReader {
         .boxed()
     }
 
-    /// The footer, checked and decoded. `options` are those of `ParquetRecordBatchStreamBuilder::new`,
-    /// the only builder this reader is given to: their metadata options are the defaults, which
-    /// the footer check mirrors, and they load no page index.
+    /// The footer, checked and decoded, with the default metadata options, which the footer check
+    /// mirrors (and no page index). The stream builders this reader is given to are handed the
+    /// footer ([`footer`]), so they do not ask for it; this is the trait's whole answer.
     fn get_metadata<'a>(
         &'a mut self,
         _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
             let metadata = Arc::new(self.metadata().await?);
-            let columns = metadata.row_groups().iter().flat_map(|group| group.columns());
-            self.chunks = columns
-                .filter_map(|c| {
-                    let start =
-                        u64::try_from(c.dictionary_page_offset().unwrap_or(c.data_page_offset())).ok()?;
-                    let end = start.checked_add(u64::try_from(c.compressed_size()).ok()?)?;
-                    let descr = c.column_descr();
-                    let value_bits = pages::least_value_bits(descr.physical_type(), descr.type_length());
-                    Some(Chunk { bytes: start..end, value_bits })
-                })
-                .collect();
+            self.chunks = footers::chunks(&metadata);
             Ok(metadata)
         }
         .boxed()
     }
 }
 
-pub(super) async fn splits(located: &Located, objects: Vec<ObjectMeta>) -> Result<Vec<Split>, SourceError> {
+/// Lists `objects` (those of `input`, at `located`) into one split per row group, keeping the
+/// footers it decodes in `footers` for the reads.
+pub(super) async fn splits(
+    located: &Located,
+    objects: Vec<ObjectMeta>,
+    input: usize,
+    footers: &Footers,
+) -> Result<Vec<Split>, SourceError> {
     let mut splits = Vec::new();
     for o in objects.into_iter().filter(|o| {
         let p = o.location.as_ref();
         p.ends_with(".parquet") || p.ends_with(".parq")
     }) {
         let object = Object { location: o.location, size: o.size };
-        let builder =
-            ParquetRecordBatchStreamBuilder::new(reader(&located.store, &object)).await.map_err(|e| {
-                SourceError::data(object.location.to_string(), format!("not a readable Parquet file: {e}"))
-            })?;
+        let footer = footer(&located.store, &object, input, footers).await.map_err(|e| {
+            SourceError::data(object.location.to_string(), format!("not a readable Parquet file: {e}"))
+        })?;
         let mut first_row = 0u64;
-        for (row_group, rg) in builder.metadata().row_groups().iter().enumerate() {
+        for (row_group, rg) in footer.metadata.metadata().row_groups().iter().enumerate() {
             let rows = rg.num_rows().max(0) as u64;
             splits.push(Split {
                 id: splits.len() as u64,
@@ -198,6 +210,8 @@ fn check_row_group(metadata: &ParquetMetaData, row_group: usize, file_size: u64)
 
 /// The row group a split reads.
 pub(super) struct Group<'a> {
+    /// The source's input the file belongs to.
+    pub input: usize,
     /// The file.
     pub object: &'a Object,
     /// Its index in the file.
@@ -215,21 +229,24 @@ fn projection_mask(
     ProjectionMask::roots(schema, roots.filter(|(_, f)| projection.contains(f.name())).map(|(i, _)| i))
 }
 
+/// Reads `group` of a file, with the footer `footers` keeps for it when it does.
 pub(super) fn read(
     store: &Arc<dyn ObjectStore>,
     root: &StorePath,
     group: Group<'_>,
+    footers: &Footers,
     projection: Option<&Projection>,
     rt: &Handle,
     emit: &mut Emit<'_>,
 ) -> Result<(), SourceError> {
-    let Group { object, index: row_group, first_row } = group;
+    let Group { input, object, index: row_group, first_row } = group;
     let location = object.location.to_string();
     let bad = |e: parquet::errors::ParquetError| {
         SourceError::data(location.clone(), format!("cannot read Parquet: {e}"))
     };
-    let mut builder =
-        rt.block_on(ParquetRecordBatchStreamBuilder::new(reader(store, object))).map_err(bad)?;
+    let footer = rt.block_on(footer(store, object, input, footers)).map_err(bad)?;
+    let reader = reader(store, object, Arc::clone(&footer.chunks));
+    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer.metadata.clone());
     check_row_group(builder.metadata(), row_group, object.size)
         .map_err(|m| SourceError::data(location.clone(), m))?;
     if let Some(projection) = projection {
@@ -273,4 +290,66 @@ pub(super) fn read(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counting_store::counting_store;
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    use object_store::ObjectStoreExt;
+    use parquet::file::properties::WriterProperties;
+    use std::sync::atomic::Ordering;
+
+    /// Lists `numbers.parquet` (4 row groups of 2 rows) in `dir` with footers kept within
+    /// `budget`, then reads every row group: the store's reads while listing and while reading,
+    /// and the keys read.
+    fn list_and_read(dir: &std::path::Path, budget: usize) -> (u64, u64, Vec<String>) {
+        let (rt, counting) = counting_store(dir);
+        let store: Arc<dyn ObjectStore> = counting.clone();
+        let location = StorePath::from("numbers.parquet");
+        let meta = rt.block_on(store.head(&location)).unwrap();
+        let url = url::Url::from_directory_path(dir).unwrap();
+        let located = Located { store: Arc::clone(&store), path: StorePath::from(""), url };
+        let footers = Footers::new(budget);
+        let before = counting.gets.load(Ordering::Relaxed);
+        let splits = rt.block_on(splits(&located, vec![meta], 0, &footers)).unwrap();
+        let listing = counting.gets.load(Ordering::Relaxed) - before;
+        let mut keys = Vec::new();
+        for split in &splits {
+            let SplitKind::RowGroup { object, row_group, first_row, .. } = &split.kind else {
+                panic!("{split:?}")
+            };
+            let group = Group { input: 0, object, index: *row_group, first_row: *first_row };
+            let mut emit = |e: Element| {
+                keys.push(e.key);
+                true
+            };
+            read(&store, &located.path, group, &footers, None, rt.handle(), &mut emit).unwrap();
+        }
+        (listing, counting.gets.load(Ordering::Relaxed) - before - listing, keys)
+    }
+
+    #[test]
+    fn the_footer_read_by_the_listing_serves_every_row_group_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..8));
+        let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
+        let props = WriterProperties::builder().set_max_row_group_row_count(Some(2)).build();
+        let file = std::fs::File::create(dir.path().join("numbers.parquet")).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+
+        let (listing, reading, keys) = list_and_read(dir.path(), FOOTERS_BUDGET);
+        let (listing_unkept, reading_unkept, keys_unkept) = list_and_read(dir.path(), 0);
+        let expected: Vec<String> = (0..8).map(|row| format!("numbers.parquet:{row}")).collect();
+        assert_eq!((keys, keys_unkept), (expected.clone(), expected));
+        assert_eq!((listing, listing_unkept), (2, 2), "the footer's closing bytes, then its body");
+        assert_eq!(
+            reading_unkept,
+            reading + 4 * 2,
+            "without it, each of the 4 reads fetched the footer again"
+        );
+    }
 }
