@@ -20,7 +20,7 @@ use crate::store::Located;
 use bytes::Bytes;
 use footers::{Chunk, Footer};
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore};
 use parquet::arrow::ProjectionMask;
@@ -154,26 +154,40 @@ impl AsyncFileReader for CheckedReader {
     }
 }
 
+/// Footers the listing reads at once: a distant store answers each read late, and a dataset may
+/// hold thousands of files.
+const LISTING_READS_IN_FLIGHT: usize = 16;
+
 /// Lists `objects` (those of `input`, at `located`) into one split per row group, keeping the
-/// footers it decodes in `footers` for the reads.
+/// footers it decodes in `footers` for the reads. Footers are read [`LISTING_READS_IN_FLIGHT`] at
+/// a time; the splits keep the objects' order, and the first unreadable file in that order fails
+/// the listing.
 pub(super) async fn splits(
     located: &Located,
     objects: Vec<ObjectMeta>,
     input: usize,
     footers: &Footers,
 ) -> Result<Vec<Split>, SourceError> {
-    let mut splits = Vec::new();
-    for o in objects.into_iter().filter(|o| {
+    let objects = objects.into_iter().filter(|o| {
         let p = o.location.as_ref();
         p.ends_with(".parquet") || p.ends_with(".parq")
-    }) {
+    });
+    // Each file's row counts, not its footer: the listing holds no more footers than it reads at
+    // once, whatever `footers` keeps.
+    let files = futures::stream::iter(objects.map(|o| async move {
         let object = Object { location: o.location, size: o.size };
         let footer = footer(&located.store, &object, input, footers).await.map_err(|e| {
             SourceError::data(object.location.to_string(), format!("not a readable Parquet file: {e}"))
         })?;
+        let rows: Vec<u64> =
+            footer.metadata.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).collect();
+        Ok::<_, SourceError>((object, rows))
+    }));
+    let files: Vec<(Object, Vec<u64>)> = files.buffered(LISTING_READS_IN_FLIGHT).try_collect().await?;
+    let mut splits = Vec::new();
+    for (object, groups) in files {
         let mut first_row = 0u64;
-        for (row_group, rg) in footer.metadata.metadata().row_groups().iter().enumerate() {
-            let rows = rg.num_rows().max(0) as u64;
+        for (row_group, rows) in groups.into_iter().enumerate() {
             splits.push(Split {
                 id: splits.len() as u64,
                 kind: SplitKind::RowGroup { object: object.clone(), row_group, first_row, rows },
@@ -330,16 +344,65 @@ mod tests {
         (listing, counting.gets.load(Ordering::Relaxed) - before - listing, keys)
     }
 
-    #[test]
-    fn the_footer_read_by_the_listing_serves_every_row_group_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..8));
+    /// Writes `name` in `dir`: `rows` rows of one INT64 column, in row groups of 2.
+    fn write_numbers(dir: &std::path::Path, name: &str, rows: i64) {
+        let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));
         let batch = RecordBatch::try_from_iter([("x", column)]).unwrap();
         let props = WriterProperties::builder().set_max_row_group_row_count(Some(2)).build();
-        let file = std::fs::File::create(dir.path().join("numbers.parquet")).unwrap();
+        let file = std::fs::File::create(dir.join(name)).unwrap();
         let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();
+    }
+
+    /// Lists the Parquet files in `dir`, in the order the store lists them (by name).
+    fn list_dir(dir: &std::path::Path) -> Result<Vec<Split>, SourceError> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let located = crate::store::open(url::Url::from_directory_path(dir).unwrap().as_str()).unwrap();
+        let mut objects: Vec<ObjectMeta> =
+            rt.block_on(located.store.list(Some(&located.path)).try_collect()).unwrap();
+        objects.sort_by(|a, b| a.location.cmp(&b.location));
+        rt.block_on(splits(&located, objects, 0, &Footers::new(FOOTERS_BUDGET)))
+    }
+
+    #[test]
+    fn the_listing_reads_footers_together_and_keeps_the_files_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = LISTING_READS_IN_FLIGHT * 2 + 3;
+        for i in 0..files {
+            write_numbers(dir.path(), &format!("{i:03}.parquet"), 1 + i as i64 % 5);
+        }
+        let splits = list_dir(dir.path()).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..files {
+            let rows = 1 + i as u64 % 5;
+            for (group, first_row) in (0..rows).step_by(2).enumerate() {
+                expected.push((format!("{i:03}.parquet"), group, first_row, (rows - first_row).min(2)));
+            }
+        }
+        let found: Vec<_> = splits
+            .iter()
+            .map(|s| match &s.kind {
+                SplitKind::RowGroup { object, row_group, first_row, rows } => {
+                    (object.location.filename().unwrap().to_string(), *row_group, *first_row, *rows)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(found, expected);
+        assert!(splits.iter().enumerate().all(|(i, s)| s.id == i as u64));
+
+        // Two unreadable files, both among the footers read at once: the first in order fails it.
+        std::fs::write(dir.path().join("020.parquet"), b"not parquet").unwrap();
+        std::fs::write(dir.path().join("024.parquet"), b"not parquet either").unwrap();
+        let err = list_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("020.parquet") && err.contains("not a readable Parquet file"), "{err}");
+    }
+
+    #[test]
+    fn the_footer_read_by_the_listing_serves_every_row_group_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write_numbers(dir.path(), "numbers.parquet", 8);
 
         let (listing, reading, keys) = list_and_read(dir.path(), FOOTERS_BUDGET);
         let (listing_unkept, reading_unkept, keys_unkept) = list_and_read(dir.path(), 0);
