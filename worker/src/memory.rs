@@ -1,4 +1,5 @@
-//! The memory this process may use, and the prefetch budget a worker takes from it by default.
+//! The memory this process may use, and the budgets a worker takes from it by default: for data
+//! in flight (the prefetch budget), and for the Parquet footers a source keeps.
 //!
 //! A fixed budget for data in flight fits one size of worker: 512 MiB is little beside a node's
 //! memory, but in a pod with `limits.memory: 512Mi` the budget alone could reach the limit
@@ -14,6 +15,10 @@
 //! tightest `memory.max` on the process's cgroup v2 path (a Kubernetes pod's `limits.memory`).
 //! The rest of a worker's memory (the engine, decode buffers, the shuffle buffer, the serving
 //! queues) is what the other three quarters leave room for. `--prefetch-bytes` overrides it.
+//!
+//! A source keeps the decoded footers of its Parquet files (`source/parquet/footers.rs`) within a
+//! sixteenth of the limit, at most [`MAX_FOOTER_BYTES`] and at least [`MIN_FOOTER_BYTES`]: 32 MiB
+//! in a pod limited to 512 MiB, beside its 128 MiB prefetch budget.
 
 use std::path::{Path, PathBuf};
 
@@ -23,17 +28,34 @@ pub const MAX_PREFETCH_BYTES: usize = 512 << 20;
 pub const MIN_PREFETCH_BYTES: usize = 32 << 20;
 /// The default budget is this fraction (1 / it) of the memory limit.
 const LIMIT_SHARE: u64 = 4;
+/// The largest budget for the Parquet footers a source keeps.
+pub const MAX_FOOTER_BYTES: usize = 128 << 20;
+/// The smallest such budget.
+pub const MIN_FOOTER_BYTES: usize = 8 << 20;
+/// The footers' budget is this fraction (1 / it) of the memory limit.
+const FOOTER_SHARE: u64 = 16;
 /// Where cgroup v2 is mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// The default prefetch budget of a process whose memory limit is `limit` bytes (`None`:
 /// unknown): a quarter of it within [`MIN_PREFETCH_BYTES`] and [`MAX_PREFETCH_BYTES`].
 pub fn prefetch_for(limit: Option<u64>) -> usize {
+    share_of(limit, LIMIT_SHARE, MIN_PREFETCH_BYTES..=MAX_PREFETCH_BYTES)
+}
+
+/// The budget for the Parquet footers a source keeps, in a process whose memory limit is `limit`
+/// bytes (`None`: unknown): a sixteenth of it within [`MIN_FOOTER_BYTES`] and [`MAX_FOOTER_BYTES`].
+pub fn footers_for(limit: Option<u64>) -> usize {
+    share_of(limit, FOOTER_SHARE, MIN_FOOTER_BYTES..=MAX_FOOTER_BYTES)
+}
+
+/// `1 / share` of `limit`, within `bounds`; the largest bound when the limit is unknown.
+fn share_of(limit: Option<u64>, share: u64, bounds: std::ops::RangeInclusive<usize>) -> usize {
     let Some(limit) = limit else {
-        return MAX_PREFETCH_BYTES;
+        return *bounds.end();
     };
-    let share = usize::try_from(limit / LIMIT_SHARE).unwrap_or(usize::MAX);
-    share.clamp(MIN_PREFETCH_BYTES, MAX_PREFETCH_BYTES)
+    let part = usize::try_from(limit / share).unwrap_or(usize::MAX);
+    part.clamp(*bounds.start(), *bounds.end())
 }
 
 /// The default prefetch budget of this process, from [`memory_limit`].
@@ -107,6 +129,15 @@ mod tests {
         assert_eq!(prefetch_for(Some(512 * MIB)), 128 << 20, "a pod limited to 512Mi");
         assert_eq!(prefetch_for(Some(64 * MIB)), MIN_PREFETCH_BYTES, "never below the least");
         assert_eq!(prefetch_for(Some(u64::MAX)), MAX_PREFETCH_BYTES);
+    }
+
+    #[test]
+    fn the_footers_budget_is_a_sixteenth_of_the_limit_within_its_bounds() {
+        assert_eq!(footers_for(None), MAX_FOOTER_BYTES, "unknown: the largest");
+        assert_eq!(footers_for(Some(64 << 30)), MAX_FOOTER_BYTES, "a large machine: the largest");
+        assert_eq!(footers_for(Some(1024 * MIB)), 64 << 20, "a pod limited to 1Gi");
+        assert_eq!(footers_for(Some(512 * MIB)), 32 << 20, "a pod limited to 512Mi");
+        assert_eq!(footers_for(Some(64 * MIB)), MIN_FOOTER_BYTES, "never below the least");
     }
 
     #[test]

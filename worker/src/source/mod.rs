@@ -242,7 +242,7 @@ impl Source {
     /// Lists the dataset at `spec.url` into splits; `batch_size` sizes the default split of
     /// `format: files` (see [`SourceSpec::files_per_split`]).
     pub async fn open(spec: &SourceSpec, batch_size: usize) -> Result<Source, SourceError> {
-        let footers = parquet::Footers::new(parquet::FOOTERS_BUDGET);
+        let footers = parquet::Footers::new(crate::memory::footers_for(crate::memory::memory_limit()));
         let (listed, splits) = Self::list_input(spec, batch_size, 0, &footers).await?;
         let inputs = vec![Listed { splits: 0..splits.len(), ..listed }];
         Ok(Source { inputs, splits, projection: None, read_ahead: Arc::new(ReadAhead::new(true)), footers })
@@ -254,7 +254,7 @@ impl Source {
     pub async fn open_all(spec: &InputPipelineSpec, batch_size: usize) -> Result<Source, SourceError> {
         let mut inputs = Vec::new();
         let mut splits: Vec<Split> = Vec::new();
-        let footers = parquet::Footers::new(parquet::FOOTERS_BUDGET);
+        let footers = parquet::Footers::new(crate::memory::footers_for(crate::memory::memory_limit()));
         for (index, input) in spec.inputs().into_iter().enumerate() {
             let listing = Self::list_input(input.source, batch_size, index, &footers).await;
             let (listed, listed_splits) = listing.map_err(|e| {

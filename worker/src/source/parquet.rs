@@ -11,7 +11,7 @@ mod footers;
 mod pages;
 mod thrift;
 
-pub(super) use footers::{BUDGET as FOOTERS_BUDGET, Footers};
+pub(super) use footers::Footers;
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::contained::contained;
@@ -47,7 +47,7 @@ fn reader(store: &Arc<dyn ObjectStore>, object: &Object, chunks: Arc<[Chunk]>) -
 
 /// `object`'s footer, decoded: the one `footers` keeps for it (as `input`'s), or else read,
 /// checked and decoded, then kept.
-async fn footer(
+async fn decoded_footer(
     store: &Arc<dyn ObjectStore>,
     object: &Object,
     input: usize,
@@ -140,7 +140,7 @@ impl AsyncFileReader for CheckedReader {
 
     /// The footer, checked and decoded, with the default metadata options, which the footer check
     /// mirrors (and no page index). The stream builders this reader is given to are handed the
-    /// footer ([`footer`]), so they do not ask for it; this is the trait's whole answer.
+    /// footer ([`decoded_footer`]), so they do not ask for it; this is the trait's whole answer.
     fn get_metadata<'a>(
         &'a mut self,
         _options: Option<&'a ArrowReaderOptions>,
@@ -176,7 +176,7 @@ pub(super) async fn splits(
     // once, whatever `footers` keeps.
     let files = futures::stream::iter(objects.map(|o| async move {
         let object = Object { location: o.location, size: o.size };
-        let footer = footer(&located.store, &object, input, footers).await.map_err(|e| {
+        let footer = decoded_footer(&located.store, &object, input, footers).await.map_err(|e| {
             SourceError::data(object.location.to_string(), format!("not a readable Parquet file: {e}"))
         })?;
         let rows: Vec<u64> =
@@ -258,7 +258,7 @@ pub(super) fn read(
     let bad = |e: parquet::errors::ParquetError| {
         SourceError::data(location.clone(), format!("cannot read Parquet: {e}"))
     };
-    let footer = rt.block_on(footer(store, object, input, footers)).map_err(bad)?;
+    let footer = rt.block_on(decoded_footer(store, object, input, footers)).map_err(bad)?;
     let reader = reader(store, object, Arc::clone(&footer.chunks));
     let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer.metadata.clone());
     check_row_group(builder.metadata(), row_group, object.size)
@@ -362,7 +362,7 @@ mod tests {
         let mut objects: Vec<ObjectMeta> =
             rt.block_on(located.store.list(Some(&located.path)).try_collect()).unwrap();
         objects.sort_by(|a, b| a.location.cmp(&b.location));
-        rt.block_on(splits(&located, objects, 0, &Footers::new(FOOTERS_BUDGET)))
+        rt.block_on(splits(&located, objects, 0, &Footers::new(crate::memory::MAX_FOOTER_BYTES)))
     }
 
     #[test]
@@ -404,7 +404,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_numbers(dir.path(), "numbers.parquet", 8);
 
-        let (listing, reading, keys) = list_and_read(dir.path(), FOOTERS_BUDGET);
+        let (listing, reading, keys) = list_and_read(dir.path(), crate::memory::MAX_FOOTER_BYTES);
         let (listing_unkept, reading_unkept, keys_unkept) = list_and_read(dir.path(), 0);
         let expected: Vec<String> = (0..8).map(|row| format!("numbers.parquet:{row}")).collect();
         assert_eq!((keys, keys_unkept), (expected.clone(), expected));

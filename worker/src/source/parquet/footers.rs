@@ -4,8 +4,9 @@
 //! then its body) and repeated the check and the decode. On a file of 1,954 row groups (a
 //! 2.2-MB footer), that was most of a worker's time reading it.
 //!
-//! A source keeps its footers within a budget of decoded bytes, oldest out first. A footer larger
-//! than the whole budget is not kept: each read of its file decodes it, as before. The footers
+//! A source keeps its footers within a budget of decoded bytes (as [`ParquetMetaData::memory_size`]
+//! counts them; a share of the process's memory, `crate::memory::footers_for`), oldest out first.
+//! A footer larger than the whole budget is not kept: each read of its file decodes it, as before. The footers
 //! are those of the listed objects (input, path and size): a source reads the files its listing
 //! found, and so does the cache.
 
@@ -16,11 +17,6 @@ use parquet::file::metadata::ParquetMetaData;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
-
-/// Decoded bytes (as [`ParquetMetaData::memory_size`] counts them) one source's footers may
-/// hold: the footers of a few hundred files of tens of columns and row groups, or the 2.2-MB
-/// footer above several times over.
-pub const BUDGET: usize = 128 << 20;
 
 /// A column chunk as the footer places it, and the least bits each of its values takes.
 #[derive(Debug)]
@@ -70,7 +66,6 @@ pub(super) fn chunks(metadata: &ParquetMetaData) -> Arc<[Chunk]> {
 type Key = (usize, StorePath, u64);
 
 /// One source's decoded footers (see the module's doc).
-#[derive(Default)]
 pub struct Footers {
     budget: usize,
     kept: Mutex<Kept>,
@@ -165,7 +160,7 @@ mod tests {
 
     #[test]
     fn a_kept_footer_is_found_by_its_input_path_and_size_only() {
-        let footers = Footers::new(BUDGET);
+        let footers = Footers::new(crate::memory::MAX_FOOTER_BYTES);
         let (a, b) = (StorePath::from("a.parquet"), StorePath::from("b.parquet"));
         let f = footer(2);
         footers.keep(0, &a, 100, &f);
