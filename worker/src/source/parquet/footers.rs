@@ -4,11 +4,11 @@
 //! then its body) and repeated the check and the decode. On a file of 1,954 row groups (a
 //! 2.2-MB footer), that was most of a worker's time reading it.
 //!
-//! A source keeps its footers within a budget of decoded bytes (as [`ParquetMetaData::memory_size`]
-//! counts them; a share of the process's memory, `crate::memory::footers_for`), oldest out first.
-//! A footer larger than the whole budget is not kept: each read of its file decodes it, as before. The footers
-//! are those of the listed objects (input, path and size): a source reads the files its listing
-//! found, and so does the cache.
+//! A source keeps its footers within a budget of decoded bytes (as
+//! [`ParquetMetaData::memory_size`] counts them; a share of the process's memory,
+//! `crate::memory::footers_for`), oldest out first. A footer larger than the whole budget is not
+//! kept: each read of its file decodes it, as before. The footers are those of the listed objects
+//! (input, path and size): a source reads the files its listing found, and so does the cache.
 
 use super::pages;
 use object_store::path::Path as StorePath;
