@@ -14,7 +14,7 @@ pub use self::pad::{Padding, Ragged};
 pub(crate) use self::unstacked::Unstacked;
 
 use crate::budget::Permit;
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::tensor::DType;
 use std::sync::Arc;
 
@@ -212,7 +212,7 @@ impl BatchBuilder {
 
     /// The length of the padded fields of an element: every one is there, with at least one
     /// axis, all of one length, and no field has the mask's name. `None` without padding.
-    fn padded_length(&self, key: &str, fields: &[(String, Value)]) -> Result<Option<usize>, BatchError> {
+    fn padded_length(&self, key: &str, fields: &[(FieldName, Value)]) -> Result<Option<usize>, BatchError> {
         let Some(padding) = &self.padding else { return Ok(None) };
         let error = |message: String| BatchError::Pad { key: key.to_string(), message };
         let names = || fields.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
@@ -290,24 +290,25 @@ impl BatchBuilder {
             self.rows = None;
             for (i, (name, value)) in fields.into_iter().enumerate() {
                 let Value::Tensor(t) = value else {
-                    return Err(BatchError::NotTensor { key, field: name, kind: value.kind() });
+                    return Err(BatchError::NotTensor { key, field: name.into(), kind: value.kind() });
                 };
                 let mut shape = vec![1];
                 shape.extend_from_slice(&t.shape);
                 let dtype = t.dtype();
-                let data =
-                    if self.unstacked.as_ref() == Some(&name) && dtype == DType::Uint8 && !self.padded(&name)
-                    {
-                        let mut rows = Vec::with_capacity(self.capacity.max(1));
-                        rows.push(row_of(t));
-                        self.rows = Some(Unstacked { tensor: i, rows });
-                        Vec::new()
-                    } else {
-                        let mut data = crate::buffers::take(t.nbytes() * self.capacity.max(1));
-                        data.extend_from_slice(t.as_le_bytes());
-                        data
-                    };
-                self.tensors.push(BatchTensor { name, dtype, shape, data });
+                let data = if self.unstacked.as_deref() == Some(name.as_str())
+                    && dtype == DType::Uint8
+                    && !self.padded(&name)
+                {
+                    let mut rows = Vec::with_capacity(self.capacity.max(1));
+                    rows.push(row_of(t));
+                    self.rows = Some(Unstacked { tensor: i, rows });
+                    Vec::new()
+                } else {
+                    let mut data = crate::buffers::take(t.nbytes() * self.capacity.max(1));
+                    data.extend_from_slice(t.as_le_bytes());
+                    data
+                };
+                self.tensors.push(BatchTensor { name: name.into(), dtype, shape, data });
             }
             self.lengths.extend(length);
             self.keys.push(key);
@@ -319,12 +320,12 @@ impl BatchBuilder {
             return Err(BatchError::Fields {
                 key,
                 expected: self.tensors.iter().map(|t| t.name.clone()).collect(),
-                found: fields.iter().map(|(n, _)| n.clone()).collect(),
+                found: fields.iter().map(|(n, _)| n.to_string()).collect(),
             });
         }
         for ((name, value), slot) in fields.iter().zip(&self.tensors) {
             let Value::Tensor(t) = value else {
-                return Err(BatchError::NotTensor { key, field: name.clone(), kind: value.kind() });
+                return Err(BatchError::NotTensor { key, field: name.to_string(), kind: value.kind() });
             };
             let same = if self.padded(name) {
                 !t.shape.is_empty() && t.shape[1..] == slot.shape[2..]
@@ -334,7 +335,7 @@ impl BatchBuilder {
             if t.dtype() != slot.dtype || !same {
                 return Err(BatchError::Shape {
                     key,
-                    field: name.clone(),
+                    field: name.to_string(),
                     expected: describe(slot.dtype, &slot.shape[1..]),
                     found: describe(t.dtype(), &t.shape),
                 });

@@ -30,7 +30,7 @@ pub mod store;
 pub mod tensor;
 
 pub use batch::{Batch, BatchTensor};
-pub use element::{Element, Value};
+pub use element::{Element, FieldName, Value};
 pub use engine::{DeferredNormalize, Engine, EngineError, EngineOptions, fused_runs};
 pub use ops::image::fused::ImagePath;
 pub use tensor::{DType, Tensor, TensorData};

@@ -128,7 +128,7 @@ struct PanicsOn(&'static str);
 impl Operator for PanicsOn {
     fn apply(&self, element: &mut Element, _: &mut SeededRng) -> Result<(), OpError> {
         assert_ne!(element.key, self.0, "a bug, on purpose");
-        element.fields = vec![("x".to_string(), Value::Tensor(Tensor::scalar_i64(1)))];
+        element.fields = vec![("x".into(), Value::Tensor(Tensor::scalar_i64(1)))];
         Ok(())
     }
 }

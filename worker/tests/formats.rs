@@ -14,7 +14,7 @@ use granary_worker::source::tfrecord::example::{
 };
 use granary_worker::source::tfrecord::record::write_record;
 use granary_worker::source::{Source, SourceError};
-use granary_worker::{Element, Engine, EngineOptions, Tensor, TensorData, Value};
+use granary_worker::{Element, Engine, EngineOptions, FieldName, Tensor, TensorData, Value};
 use prost::Message;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,24 +59,24 @@ fn hex(text: &str) -> Vec<u8> {
 }
 
 /// The field(s) Granary should give for one feature as TensorFlow read it.
-fn expected_fields(name: &str, feature: &serde_json::Value) -> Vec<(String, Value)> {
+fn expected_fields(name: &str, feature: &serde_json::Value) -> Vec<(FieldName, Value)> {
     let values = feature["values"].as_array().unwrap();
     let shape = if values.len() == 1 { vec![] } else { vec![values.len()] };
     match feature["kind"].as_str().unwrap() {
         "int64_list" => {
             let v = values.iter().map(|x| x.as_i64().unwrap()).collect();
-            vec![(name.to_string(), Value::Tensor(Tensor { shape, data: TensorData::I64(v) }))]
+            vec![(name.into(), Value::Tensor(Tensor { shape, data: TensorData::I64(v) }))]
         }
         "float_list" => {
             let v = values.iter().map(|x| x.as_f64().unwrap() as f32).collect();
-            vec![(name.to_string(), Value::Tensor(Tensor { shape, data: TensorData::F32(v) }))]
+            vec![(name.into(), Value::Tensor(Tensor { shape, data: TensorData::F32(v) }))]
         }
         "bytes_list" => {
             let blobs: Vec<Value> =
                 values.iter().map(|x| Value::Bytes(Bytes::from(hex(x.as_str().unwrap())))).collect();
             match blobs.len() {
-                1 => vec![(name.to_string(), blobs[0].clone())],
-                _ => blobs.into_iter().enumerate().map(|(i, v)| (format!("{name}/{i}"), v)).collect(),
+                1 => vec![(name.into(), blobs[0].clone())],
+                _ => blobs.into_iter().enumerate().map(|(i, v)| (format!("{name}/{i}").into(), v)).collect(),
             }
         }
         other => panic!("unknown kind {other}"),
@@ -468,7 +468,7 @@ fn csv_delimiters_and_tsv_files() {
     std::fs::write(dir.path().join("a.csv"), "x;y\n1;\"2;3\"\n").unwrap();
     let got =
         read_all(&source_spec(dir.path(), serde_json::json!({"format": "csv", "delimiter": ";"}))).unwrap();
-    assert_eq!(got[0].fields, [("x".to_string(), int(1)), ("y".to_string(), text("2;3"))]);
+    assert_eq!(got[0].fields, [("x".into(), int(1)), ("y".into(), text("2;3"))]);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("b.tsv"), "x\ty\n1\ta,b\n").unwrap();
@@ -476,7 +476,7 @@ fn csv_delimiters_and_tsv_files() {
     let got = read_all(&source_spec(dir.path(), serde_json::json!({"format": "csv"}))).unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].key, "b.tsv#0");
-    assert_eq!(got[0].fields, [("x".to_string(), int(1)), ("y".to_string(), text("a,b"))]);
+    assert_eq!(got[0].fields, [("x".into(), int(1)), ("y".into(), text("a,b"))]);
 }
 
 #[test]

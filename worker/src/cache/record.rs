@@ -6,7 +6,7 @@
 //! data (`u64` byte length + the elements). Decoding checks every length against what is left,
 //! so a damaged record is an error, never a panic or a wrong element.
 
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::tensor::{DType, Tensor};
 use bytes::Bytes;
 
@@ -64,8 +64,8 @@ pub fn decode(record: &Bytes) -> Result<Element, RecordError> {
     for _ in 0..count {
         let len = r.u16("field name length")? as usize;
         let name = std::str::from_utf8(r.take(len, "field name")?)
-            .map_err(|_| RecordError("a field name is not UTF-8".into()))?
-            .to_string();
+            .map_err(|_| RecordError("a field name is not UTF-8".into()))?;
+        let name = FieldName::from(name);
         let value = match r.u8("field kind")? {
             0 => {
                 let len = r.u32("bytes length")? as usize;

@@ -11,7 +11,7 @@
 //! (and every row still checked against the header) but neither converted nor copied.
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, blocking_reader, relative_key, values};
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::store::Located;
 use granary_crds::SourceSpec;
 use object_store::path::Path as StorePath;
@@ -104,15 +104,19 @@ pub(super) fn read(
         }
     }
     // The columns that become fields, by index: all of them without a projection.
-    let kept: Vec<(usize, &String)> =
-        header.iter().enumerate().filter(|(_, name)| projection.is_none_or(|p| p.contains(name))).collect();
+    let kept: Vec<(usize, FieldName)> = header
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| projection.is_none_or(|p| p.contains(name)))
+        .map(|(i, name)| (i, FieldName::from(name.as_str())))
+        .collect();
     let mut record = ::csv::StringRecord::new();
     let mut row = 0u64;
     while reader.read_record(&mut record).map_err(bad)? {
         let mut element = Element::new(format!("{file_key}#{row}"));
         element.fields = kept
             .iter()
-            .filter_map(|&(i, name)| record.get(i).map(|cell| (name.clone(), cell_value(cell))))
+            .filter_map(|(i, name)| record.get(*i).map(|cell| (name.clone(), cell_value(cell))))
             .collect();
         row += 1;
         if !emit(element) {

@@ -15,7 +15,7 @@ pub(super) use footers::Footers;
 
 use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
 use crate::contained::contained;
-use crate::element::Element;
+use crate::element::{Element, FieldName};
 use crate::store::Located;
 use bytes::Bytes;
 use footers::{Chunk, Footer};
@@ -287,14 +287,17 @@ pub(super) fn read(
     while let Some(batch) = next(&mut stream)? {
         let batch = batch.map_err(bad)?;
         let schema = batch.schema();
+        let names: Vec<FieldName> =
+            schema.fields().iter().map(|f| FieldName::from(f.name().as_str())).collect();
         for r in 0..batch.num_rows() {
             let mut element = Element::new(format!("{file_key}:{row}"));
-            for (field, column) in schema.fields().iter().zip(batch.columns()) {
+            element.fields.reserve_exact(names.len());
+            for (name, column) in names.iter().zip(batch.columns()) {
                 let value = values::from_arrow(column, r).map_err(|m| {
-                    SourceError::data(format!("{location}:{row}"), format!("column `{}`: {m}", field.name()))
+                    SourceError::data(format!("{location}:{row}"), format!("column `{name}`: {m}"))
                 })?;
                 if let Some(value) = value {
-                    element.fields.push((field.name().clone(), value));
+                    element.fields.push((name.clone(), value));
                 }
             }
             row += 1;

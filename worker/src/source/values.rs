@@ -1,6 +1,6 @@
 //! Conversions of record values (JSON, Arrow) into element fields.
 
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::tensor::{Tensor, TensorData};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -37,7 +37,7 @@ pub fn from_json(value: &serde_json::Value) -> Option<Value> {
 pub fn json_object_into(element: &mut Element, object: &serde_json::Map<String, serde_json::Value>) {
     for (name, value) in object {
         if let Some(v) = from_json(value) {
-            element.fields.push((name.clone(), v));
+            element.fields.push((FieldName::from(name.as_str()), v));
         }
     }
 }

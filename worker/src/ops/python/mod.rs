@@ -22,7 +22,7 @@ pub use interpreter::{Interpreter, PYTHON_ENV};
 pub use pool::Runners;
 pub use runner::{Setup, StageFacts, StageSetup, StartError, describe_exit};
 
-use crate::element::Element;
+use crate::element::{Element, FieldName};
 use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
 use granary_crds::ops::{PythonCall, PythonRole};
@@ -201,7 +201,7 @@ impl PythonOp {
 
     /// The names of each element's fields, when the stage declares its writes (what
     /// [`PythonOp::check_writes`] compares the function's output with).
-    fn field_names(&self, elements: &[Element]) -> Option<Vec<Vec<String>>> {
+    fn field_names(&self, elements: &[Element]) -> Option<Vec<Vec<FieldName>>> {
         self.writes.as_ref()?;
         Some(elements.iter().map(|e| e.fields.iter().map(|(n, _)| n.clone()).collect()).collect())
     }
@@ -212,8 +212,8 @@ impl PythonOp {
     fn check_writes(
         &self,
         element: &Element,
-        before: Option<&Vec<String>>,
-        fields: &[(String, crate::element::Value)],
+        before: Option<&Vec<FieldName>>,
+        fields: &[(FieldName, crate::element::Value)],
     ) -> Result<(), OpError> {
         let (Some(writes), Some(before)) = (&self.writes, before) else { return Ok(()) };
         let declared = |name: &str| writes.iter().any(|w| w == name);

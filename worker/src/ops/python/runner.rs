@@ -4,7 +4,7 @@
 use super::interpreter::Interpreter;
 use super::shm::Shared;
 use super::wire::{self, CallHeader, Reply};
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::ops::OpError;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -381,7 +381,7 @@ impl Drop for Runner {
 #[derive(Debug)]
 pub enum Returned {
     /// A map's new fields, per element.
-    Fields(Vec<Vec<(String, Value)>>),
+    Fields(Vec<Vec<(FieldName, Value)>>),
     /// A filter's decisions, per element (`true`: kept).
     Kept(Vec<bool>),
 }

@@ -201,9 +201,9 @@ impl PackOp {
         Element {
             key: format!("split{split}#row{index}"),
             fields: vec![
-                ("input_ids".to_string(), tensor(row.input_ids)),
-                ("position_ids".to_string(), tensor(row.position_ids)),
-                ("segment_ids".to_string(), tensor(row.segment_ids)),
+                ("input_ids".into(), tensor(row.input_ids)),
+                ("position_ids".into(), tensor(row.position_ids)),
+                ("segment_ids".into(), tensor(row.segment_ids)),
             ],
         }
     }

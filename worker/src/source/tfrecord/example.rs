@@ -12,7 +12,7 @@
 //!
 //! Fields are in the order of their names (the protobuf map has none).
 
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::tensor::{Tensor, TensorData};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -93,7 +93,7 @@ fn push(element: &mut Element, name: String, value: Value) -> Result<(), String>
              several-valued bytes feature); rename one when writing the records"
         ));
     }
-    element.fields.push((name, value));
+    element.fields.push((FieldName::from(name), value));
     Ok(())
 }
 

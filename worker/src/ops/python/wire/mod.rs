@@ -2,7 +2,7 @@
 //! runner's side is `python/granary/_stage_runner.py`). Field data lies in the shared memory;
 //! frames carry only names, kinds, shapes and offsets.
 
-use crate::element::{Element, Value};
+use crate::element::{Element, FieldName, Value};
 use crate::ops::OpError;
 use crate::tensor::{DType, Tensor};
 use bytes::Bytes;
@@ -287,16 +287,16 @@ pub fn decode_fields(
     fields: &mut Reader<'_>,
     memory: &[u8],
     batched: Option<usize>,
-    inputs: &mut Vec<(String, Value)>,
-) -> Result<Vec<Vec<(String, Value)>>, OpError> {
+    inputs: &mut Vec<(FieldName, Value)>,
+) -> Result<Vec<Vec<(FieldName, Value)>>, OpError> {
     let rows = batched.unwrap_or(1);
-    let mut out: Vec<Vec<(String, Value)>> = (0..rows).map(|_| Vec::new()).collect();
+    let mut out: Vec<Vec<(FieldName, Value)>> = (0..rows).map(|_| Vec::new()).collect();
     let count = fields.u16()?;
     for _ in 0..count {
         let len = fields.u16()? as usize;
         let name = std::str::from_utf8(fields.take(len)?)
-            .map_err(|_| OpError::new("the Python runner sent a field name that is not UTF-8"))?
-            .to_string();
+            .map_err(|_| OpError::new("the Python runner sent a field name that is not UTF-8"))?;
+        let name = FieldName::from(name);
         let kind = fields.u8()?;
         let dtype = fields.u8()?;
         let ndim = fields.u8()? as usize;
