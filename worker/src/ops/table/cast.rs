@@ -124,7 +124,14 @@ fn range_of(to: DType) -> &'static str {
 }
 
 impl CastOp {
-    fn cast_one(&self, element: &Element, column: &str, to: DType) -> Result<Tensor, OpError> {
+    /// `column`'s value (`value`, `None` where the element lacks it) converted to `to`.
+    fn cast_one(
+        &self,
+        element: &Element,
+        value: Option<&Value>,
+        column: &str,
+        to: DType,
+    ) -> Result<Tensor, OpError> {
         let key = &element.key;
         let unfit = |u: Unfit, many: bool| {
             let at = if many { format!(" at index {}", u.index) } else { String::new() };
@@ -136,7 +143,7 @@ impl CastOp {
                 range_of(to)
             ))
         };
-        let text = match element.get(column) {
+        let text = match value {
             None => {
                 return Err(OpError::new(format!(
                     "table.cast: element `{key}` has no column `{column}` (its columns: {}); fix \
@@ -171,13 +178,22 @@ impl CastOp {
 
 impl Operator for CastOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
-        // Convert every column first so that a failure leaves the element untouched.
+        // Convert every column first so that a failure leaves the element untouched. A tensor
+        // already of its type stays as it is.
         let mut out = Vec::with_capacity(self.columns.len());
         for (column, to) in &self.columns {
-            out.push((column, self.cast_one(element, column, *to)?));
+            let slot = element.fields.iter().position(|(name, _)| name == column);
+            let value = slot.map(|i| &element.fields[i].1);
+            if let Some(Value::Tensor(t)) = value
+                && t.dtype() == *to
+            {
+                continue;
+            }
+            let cast = self.cast_one(element, value, column, *to)?;
+            out.extend(slot.map(|i| (i, cast)));
         }
-        for (column, t) in out {
-            element.set(column, Value::Tensor(t));
+        for (i, t) in out {
+            element.fields[i].1 = Value::Tensor(t);
         }
         Ok(())
     }
@@ -267,6 +283,24 @@ mod tests {
         assert_eq!(el.get("c"), Some(&Value::Text("keep".into())));
         let names: Vec<_> = el.fields.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a", "b", "c"], "order kept");
+    }
+
+    #[test]
+    fn a_column_already_of_its_type_keeps_its_value_and_a_later_failure_still_undoes_nothing() {
+        let mut el = Element::new("r");
+        el.set("a", t(&[2], TensorData::I64(vec![4, -5])));
+        el.set("b", Value::Tensor(Tensor::scalar_f64(0.25)));
+        op(&[("a", DType::Int64), ("b", DType::Float32)]).apply(&mut el, &mut rng()).unwrap();
+        assert_eq!(el.get("a"), Some(&t(&[2], TensorData::I64(vec![4, -5]))));
+        assert_eq!(el.get("b"), Some(&t(&[], TensorData::F32(vec![0.25]))));
+
+        el.set("c", Value::Text("many".into()));
+        let before = el.clone();
+        let e = op(&[("a", DType::Int64), ("b", DType::Float64), ("c", DType::Int32)])
+            .apply(&mut el, &mut rng())
+            .unwrap_err();
+        assert!(e.0.contains("column `c`"), "{e}");
+        assert_eq!(el, before, "element untouched on error");
     }
 
     #[test]

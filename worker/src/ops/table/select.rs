@@ -20,6 +20,13 @@ impl SelectOp {
 
 impl Operator for SelectOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
+        // Already these columns in this order (as a reader the select was pushed into gives
+        // them): nothing to move.
+        if element.fields.len() == self.columns.len()
+            && element.fields.iter().zip(&self.columns).all(|((name, _), column)| name == column)
+        {
+            return Ok(());
+        }
         let missing: Vec<String> =
             self.columns.iter().filter(|c| element.get(c).is_none()).map(|c| format!("`{c}`")).collect();
         if !missing.is_empty() {
@@ -75,6 +82,19 @@ mod tests {
         assert_eq!(el.get("f0"), Some(&Value::Tensor(Tensor::scalar_f64(0.5))));
         assert_eq!(el.get("category"), Some(&Value::Text("b".into())));
         assert_eq!(el.key, "rows.parquet#3");
+    }
+
+    #[test]
+    fn columns_already_in_place_stay_and_fewer_or_reordered_ones_move() {
+        let rng = &mut SeededRng::for_element(0, 0, 0, 0);
+        let mut el = row();
+        op(&["id", "label", "f0", "category"]).apply(&mut el, rng).unwrap();
+        assert_eq!(el, row(), "all of them, in their order");
+        op(&["id", "label", "f0"]).apply(&mut el, rng).unwrap();
+        assert_eq!(names(&el), ["id", "label", "f0"], "a prefix");
+        op(&["f0", "id", "label"]).apply(&mut el, rng).unwrap();
+        assert_eq!(names(&el), ["f0", "id", "label"], "the same columns, another order");
+        assert_eq!(el.get("label"), Some(&Value::Tensor(Tensor::scalar_i64(1))));
     }
 
     #[test]
