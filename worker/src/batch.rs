@@ -327,10 +327,12 @@ impl BatchBuilder {
             let Value::Tensor(t) = value else {
                 return Err(BatchError::NotTensor { key, field: name.to_string(), kind: value.kind() });
             };
+            // Compared item by item: `==` on slices calls `memcmp`, which costs more than the
+            // few extents (often none) it compares, for every field of every element.
             let same = if self.padded(name) {
-                !t.shape.is_empty() && t.shape[1..] == slot.shape[2..]
+                !t.shape.is_empty() && t.shape[1..].iter().eq(&slot.shape[2..])
             } else {
-                t.shape[..] == slot.shape[1..]
+                t.shape.iter().eq(&slot.shape[1..])
             };
             if t.dtype() != slot.dtype || !same {
                 return Err(BatchError::Shape {
