@@ -38,15 +38,16 @@ impl Operator for SelectOp {
                 field_names(element)
             )));
         }
-        let mut fields = std::mem::take(&mut element.fields);
-        element.fields = self
-            .columns
-            .iter()
-            .filter_map(|c| {
-                let i = fields.iter().position(|(n, _)| n == c)?;
-                Some(fields.swap_remove(i))
-            })
-            .collect();
+        // Each listed column is swapped into its place in turn, then the rest are cut off: no
+        // new list for every row.
+        let mut placed = 0;
+        for column in &self.columns {
+            if let Some(i) = element.fields[placed..].iter().position(|(n, _)| n == column) {
+                element.fields.swap(placed, placed + i);
+                placed += 1;
+            }
+        }
+        element.fields.truncate(placed);
         Ok(())
     }
 }
