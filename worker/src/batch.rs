@@ -387,7 +387,7 @@ impl BatchBuilder {
 /// A `uint8` tensor's bytes as a row of an unstacked field: its own buffer, not a copy.
 fn row_of(t: crate::tensor::Tensor) -> Vec<u8> {
     match t.data {
-        crate::tensor::TensorData::U8(bytes) => bytes,
+        crate::tensor::TensorData::U8(bytes) => bytes.into_vec(),
         _ => t.as_le_bytes().to_vec(),
     }
 }
@@ -521,10 +521,11 @@ pub fn split_off(batch: &mut Batch, n: usize, room: usize) -> Batch {
 mod tests {
     use super::*;
     use crate::tensor::{Tensor, TensorData};
+    use smallvec::smallvec;
 
     fn element(key: &str, v: f32) -> Element {
         let mut e = Element::new(key);
-        e.set("x", Value::Tensor(Tensor::new(vec![2], TensorData::F32(vec![v, v + 0.5])).unwrap()));
+        e.set("x", Value::Tensor(Tensor::new(vec![2], TensorData::F32(smallvec![v, v + 0.5])).unwrap()));
         e.set("label", Value::Tensor(Tensor::scalar_i64(v as i64)));
         e
     }
@@ -555,7 +556,7 @@ mod tests {
 
     fn pixels(key: &str, v: u8) -> Element {
         let mut e = element(key, f32::from(v));
-        e.set("image", Value::Tensor(Tensor::new(vec![2, 1, 3], TensorData::U8(vec![v; 6])).unwrap()));
+        e.set("image", Value::Tensor(Tensor::new(vec![2, 1, 3], TensorData::U8(smallvec![v; 6])).unwrap()));
         e
     }
 
@@ -597,7 +598,10 @@ mod tests {
 
     fn tokens(key: &str, ids: &[i64]) -> Element {
         let mut e = Element::new(key);
-        e.set("ids", Value::Tensor(Tensor::new(vec![ids.len()], TensorData::I64(ids.to_vec())).unwrap()));
+        e.set(
+            "ids",
+            Value::Tensor(Tensor::new(vec![ids.len()], TensorData::I64(ids.to_vec().into())).unwrap()),
+        );
         e.set("label", Value::Tensor(Tensor::scalar_i64(ids.len() as i64)));
         e
     }
@@ -685,7 +689,7 @@ mod tests {
             })),
         );
         let mut e = tokens("a", &[1, 2]);
-        e.set("other", Value::Tensor(Tensor::new(vec![3], TensorData::I64(vec![0; 3])).unwrap()));
+        e.set("other", Value::Tensor(Tensor::new(vec![3], TensorData::I64(smallvec![0; 3])).unwrap()));
         let err = b.push(e).unwrap_err().to_string();
         assert!(err.contains("`other` has 3 positions but `ids` has 2"), "{err}");
     }
@@ -710,7 +714,7 @@ mod tests {
         let mut b = BatchBuilder::new(4);
         b.push(element("a", 0.0)).unwrap();
         let mut bad = Element::new("b");
-        bad.set("x", Value::Tensor(Tensor::new(vec![3], TensorData::F32(vec![0.0; 3])).unwrap()));
+        bad.set("x", Value::Tensor(Tensor::new(vec![3], TensorData::F32(smallvec![0.0; 3])).unwrap()));
         bad.set("label", Value::Tensor(Tensor::scalar_i64(1)));
         assert!(matches!(b.push(bad), Err(BatchError::Shape { .. })));
         let mut text = Element::new("c");

@@ -1,20 +1,26 @@
 //! Dense tensors: typed storage plus a shape.
 
 pub use granary_crds::DType;
+pub use smallvec::SmallVec;
+use smallvec::smallvec;
 
 /// Typed, contiguous storage of a tensor's elements in row-major order.
+///
+/// Up to 16 bytes of elements (a scalar, a short vector) are held inline, in the 24 bytes a `Vec`
+/// takes, so a table's cells allocate nothing; larger tensors are on the heap, and moving a `Vec`
+/// in or out ([`SmallVec::from_vec`], [`SmallVec::into_vec`]) copies nothing.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorData {
     /// `uint8`
-    U8(Vec<u8>),
+    U8(SmallVec<[u8; 16]>),
     /// `int32`
-    I32(Vec<i32>),
+    I32(SmallVec<[i32; 4]>),
     /// `int64`
-    I64(Vec<i64>),
+    I64(SmallVec<[i64; 2]>),
     /// `float32`
-    F32(Vec<f32>),
+    F32(SmallVec<[f32; 4]>),
     /// `float64`
-    F64(Vec<f64>),
+    F64(SmallVec<[f64; 2]>),
 }
 
 /// A dense tensor: row-major data and its shape (empty shape = scalar).
@@ -36,18 +42,18 @@ impl Tensor {
     /// A tensor of `dtype` from its little-endian bytes; `None` when they are not whole values or
     /// not as many as `shape` holds (extents whose product overflows included).
     pub fn from_le_bytes(dtype: DType, shape: Vec<usize>, raw: &[u8]) -> Option<Tensor> {
-        fn cast<T: bytemuck::Pod>(raw: &[u8]) -> Option<Vec<T>> {
-            let size = std::mem::size_of::<T>();
+        fn cast<A: smallvec::Array<Item: bytemuck::Pod>>(raw: &[u8]) -> Option<SmallVec<A>> {
+            let size = std::mem::size_of::<A::Item>();
             if !raw.len().is_multiple_of(size) {
                 return None;
             }
-            let mut out: Vec<T> = vec![T::zeroed(); raw.len() / size];
-            bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(raw);
+            let mut out: SmallVec<A> = smallvec![<A::Item as bytemuck::Zeroable>::zeroed(); raw.len() / size];
+            bytemuck::cast_slice_mut::<A::Item, u8>(&mut out).copy_from_slice(raw);
             Some(out)
         }
         shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d))?;
         let data = match dtype {
-            DType::Uint8 => TensorData::U8(raw.to_vec()),
+            DType::Uint8 => TensorData::U8(SmallVec::from_slice(raw)),
             DType::Int32 => TensorData::I32(cast(raw)?),
             DType::Int64 => TensorData::I64(cast(raw)?),
             DType::Float32 => TensorData::F32(cast(raw)?),
@@ -77,12 +83,12 @@ impl Tensor {
 
     /// A scalar `int64`.
     pub fn scalar_i64(v: i64) -> Tensor {
-        Tensor { shape: Vec::new(), data: TensorData::I64(vec![v]) }
+        Tensor { shape: Vec::new(), data: TensorData::I64(smallvec![v]) }
     }
 
     /// A scalar `float64`.
     pub fn scalar_f64(v: f64) -> Tensor {
-        Tensor { shape: Vec::new(), data: TensorData::F64(vec![v]) }
+        Tensor { shape: Vec::new(), data: TensorData::F64(smallvec![v]) }
     }
 
     /// Element type.
@@ -126,5 +132,35 @@ impl Tensor {
     /// Size of the data in bytes.
     pub fn nbytes(&self) -> usize {
         self.len() * self.dtype().size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_and_short_vectors_are_held_inline_in_the_size_of_a_vec() {
+        assert_eq!(size_of::<SmallVec<[u8; 16]>>(), size_of::<Vec<u8>>());
+        assert_eq!(size_of::<SmallVec<[f64; 2]>>(), size_of::<Vec<f64>>());
+        let TensorData::F64(v) = Tensor::scalar_f64(1.5).data else { panic!("float64") };
+        assert!(!v.spilled());
+        let four = Tensor::from_le_bytes(DType::Float32, vec![4], &[0; 16]).unwrap();
+        let TensorData::F32(v) = &four.data else { panic!("float32") };
+        assert!(!v.spilled());
+        let five = Tensor::from_le_bytes(DType::Float32, vec![5], &[0; 20]).unwrap();
+        let TensorData::F32(v) = &five.data else { panic!("float32") };
+        assert!(v.spilled());
+        assert_eq!(five.as_le_bytes(), [0; 20]);
+    }
+
+    #[test]
+    fn a_large_vec_moves_in_and_out_without_a_copy() {
+        let image = vec![7u8; 224 * 224 * 3];
+        let at = image.as_ptr();
+        let data: SmallVec<[u8; 16]> = SmallVec::from_vec(image);
+        assert_eq!(data.as_ptr(), at);
+        let back = data.into_vec();
+        assert_eq!(back.as_ptr(), at);
     }
 }

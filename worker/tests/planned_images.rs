@@ -40,7 +40,7 @@ fn element(bytes: &[u8]) -> Element {
 fn output(e: &Element) -> Vec<u8> {
     match e.get("image") {
         Some(Value::Tensor(t)) => match &t.data {
-            TensorData::U8(data) => data.clone(),
+            TensorData::U8(data) => data.to_vec(),
             other => panic!("not uint8: {other:?}"),
         },
         other => panic!("no image tensor: {other:?}"),

@@ -390,7 +390,8 @@ fn small_images(n: usize) -> Vec<granary_worker::Element> {
             let mut e = granary_worker::Element::new(format!("e{i}"));
             let pixels: Vec<u8> = (0..4 * 5 * 3).map(|p| (p * 7 + i * 13) as u8).collect();
             let image =
-                granary_worker::Tensor::new(vec![4, 5, 3], granary_worker::TensorData::U8(pixels)).unwrap();
+                granary_worker::Tensor::new(vec![4, 5, 3], granary_worker::TensorData::U8(pixels.into()))
+                    .unwrap();
             e.set("image", granary_worker::Value::Tensor(image));
             e
         })

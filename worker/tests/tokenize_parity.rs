@@ -55,7 +55,7 @@ fn vector(el: &Element, name: &str) -> Vec<i64> {
     match el.get(name) {
         Some(Value::Tensor(Tensor { shape, data: TensorData::I64(v) })) => {
             assert_eq!(shape, &vec![v.len()], "{name} must be 1-D");
-            v.clone()
+            v.to_vec()
         }
         other => panic!("{name} is not an int64 tensor: {other:?}"),
     }

@@ -121,7 +121,7 @@ mod tests {
     fn tokens(key: &str, len: usize) -> Element {
         let mut e = Element::new(key);
         let ids: Vec<i64> = (0..len as i64).collect();
-        e.set("ids", Value::Tensor(Tensor::new(vec![len], TensorData::I64(ids)).unwrap()));
+        e.set("ids", Value::Tensor(Tensor::new(vec![len], TensorData::I64(ids.into())).unwrap()));
         e
     }
 

@@ -227,7 +227,7 @@ mod tests {
             let mut e = Element::new(&b.keys[i]);
             e.set(
                 "image",
-                Value::Tensor(Tensor::new(vec![h, w, 3], TensorData::U8(pixels.to_vec())).unwrap()),
+                Value::Tensor(Tensor::new(vec![h, w, 3], TensorData::U8(pixels.to_vec().into())).unwrap()),
             );
             e.set("label", Value::Tensor(Tensor::scalar_i64(0)));
             builder.push(e).unwrap();

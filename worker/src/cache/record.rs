@@ -178,14 +178,15 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use crate::tensor::TensorData;
+    use smallvec::smallvec;
 
     fn sample() -> Element {
         let mut e = Element::new("images/n01/0001.jpg");
         e.set("jpeg", Value::Bytes(Bytes::from_static(b"\xff\xd8\xff rest")));
         e.set("caption", Value::Text("a cat".into()));
         e.set("image", Value::Tensor(Tensor::new(vec![2, 2, 3], TensorData::U8((0..12).collect())).unwrap()));
-        e.set("ids", Value::Tensor(Tensor::new(vec![3], TensorData::I64(vec![-1, 0, 7])).unwrap()));
-        e.set("x", Value::Tensor(Tensor::new(vec![2], TensorData::F32(vec![0.5, -2.0])).unwrap()));
+        e.set("ids", Value::Tensor(Tensor::new(vec![3], TensorData::I64(smallvec![-1, 0, 7])).unwrap()));
+        e.set("x", Value::Tensor(Tensor::new(vec![2], TensorData::F32(smallvec![0.5, -2.0])).unwrap()));
         e.set("label", Value::Tensor(Tensor::scalar_i64(3)));
         e
     }

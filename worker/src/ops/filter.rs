@@ -121,6 +121,7 @@ fn size(element: &Element, name: &str) -> Result<(usize, usize), OpError> {
 mod tests {
     use super::*;
     use crate::tensor::{Tensor, TensorData};
+    use smallvec::smallvec;
 
     fn op(value: serde_json::Value) -> FilterOp {
         let config: Filter = serde_json::from_value(value).unwrap();
@@ -149,14 +150,14 @@ mod tests {
     fn tokens_and_sizes_read_tensors() {
         let f = op(serde_json::json!({"predicate": "text.length", "unit": "tokens", "min": 3}));
         let mut e = Element::new("k");
-        e.set("input_ids", Value::Tensor(Tensor::new(vec![2], TensorData::I64(vec![1, 2])).unwrap()));
+        e.set("input_ids", Value::Tensor(Tensor::new(vec![2], TensorData::I64(smallvec![1, 2])).unwrap()));
         assert_eq!(fate(&f, &mut e).unwrap(), Fate::Drop);
-        e.set("input_ids", Value::Tensor(Tensor::new(vec![3], TensorData::I64(vec![1, 2, 3])).unwrap()));
+        e.set("input_ids", Value::Tensor(Tensor::new(vec![3], TensorData::I64(smallvec![1, 2, 3])).unwrap()));
         assert_eq!(fate(&f, &mut e).unwrap(), Fate::Keep);
 
         let f = op(serde_json::json!({"predicate": "image.min_size", "minWidth": 3, "minHeight": 2}));
         let image = |h: usize, w: usize| {
-            Value::Tensor(Tensor::new(vec![h, w, 3], TensorData::U8(vec![0; h * w * 3])).unwrap())
+            Value::Tensor(Tensor::new(vec![h, w, 3], TensorData::U8(smallvec![0; h * w * 3])).unwrap())
         };
         for (h, w, expected) in
             [(2, 3, Fate::Keep), (1, 3, Fate::Drop), (2, 2, Fate::Drop), (9, 9, Fate::Keep)]

@@ -9,24 +9,25 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
+use smallvec::smallvec;
 
 /// Converts one JSON value; `None` for null (the field is left out).
 pub fn from_json(value: &serde_json::Value) -> Option<Value> {
     use serde_json::Value as J;
     Some(match value {
         J::Null => return None,
-        J::Bool(b) => Value::Tensor(Tensor { shape: vec![], data: TensorData::U8(vec![u8::from(*b)]) }),
+        J::Bool(b) => Value::Tensor(Tensor { shape: vec![], data: TensorData::U8(smallvec![u8::from(*b)]) }),
         J::Number(n) => match n.as_i64() {
             Some(i) => Value::Tensor(Tensor::scalar_i64(i)),
             None => Value::Tensor(Tensor::scalar_f64(n.as_f64().unwrap_or(f64::NAN))),
         },
         J::String(s) => Value::Text(s.clone()),
         J::Array(items) if !items.is_empty() && items.iter().all(|v| v.is_i64()) => {
-            let v: Vec<i64> = items.iter().filter_map(|v| v.as_i64()).collect();
+            let v: smallvec::SmallVec<_> = items.iter().filter_map(|v| v.as_i64()).collect();
             Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::I64(v) })
         }
         J::Array(items) if !items.is_empty() && items.iter().all(|v| v.is_number()) => {
-            let v: Vec<f64> = items.iter().filter_map(|v| v.as_f64()).collect();
+            let v: smallvec::SmallVec<_> = items.iter().filter_map(|v| v.as_f64()).collect();
             Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::F64(v) })
         }
         other => Value::Text(other.to_string()),
@@ -42,8 +43,10 @@ pub fn json_object_into(element: &mut Element, object: &serde_json::Map<String, 
     }
 }
 
-fn scalar<T: Copy>(v: T, wrap: fn(Vec<T>) -> TensorData) -> Value {
-    Value::Tensor(Tensor { shape: vec![], data: wrap(vec![v]) })
+fn scalar<A: smallvec::Array>(v: A::Item, wrap: fn(smallvec::SmallVec<A>) -> TensorData) -> Value {
+    let mut data = smallvec::SmallVec::new();
+    data.push(v);
+    Value::Tensor(Tensor { shape: vec![], data: wrap(data) })
 }
 
 /// Converts row `row` of an Arrow column; `None` for null.
@@ -89,9 +92,13 @@ pub fn from_arrow(array: &ArrayRef, row: usize) -> Result<Option<Value>, String>
 fn list_value(values: &ArrayRef) -> Result<Value, String> {
     let t = values.data_type();
     let (target, wrap): (DataType, fn(&ArrayRef) -> TensorData) = if t.is_integer() {
-        (DataType::Int64, |a| TensorData::I64(a.as_primitive::<Int64Type>().values().to_vec()))
+        (DataType::Int64, |a| {
+            TensorData::I64(a.as_primitive::<Int64Type>().values().iter().copied().collect())
+        })
     } else if t.is_floating() {
-        (DataType::Float64, |a| TensorData::F64(a.as_primitive::<Float64Type>().values().to_vec()))
+        (DataType::Float64, |a| {
+            TensorData::F64(a.as_primitive::<Float64Type>().values().iter().copied().collect())
+        })
     } else {
         return Err(format!("lists of {t} are not supported; only lists of numbers become tensors"));
     };

@@ -200,7 +200,7 @@ mod tests {
                     src[start..start + size * 3].to_vec()
                 })
                 .collect();
-            assert_eq!(t.data, TensorData::U8(expected), "{h}x{w} -> {size}");
+            assert_eq!(t.data, TensorData::U8(expected.into()), "{h}x{w} -> {size}");
         }
     }
 
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn center_crop_of_exact_size_is_identity() {
         let src = pattern(5, 5);
-        assert_eq!(center_crop(5, 5, 5, src.clone()).data, TensorData::U8(src));
+        assert_eq!(center_crop(5, 5, 5, src.clone()).data, TensorData::U8(src.into()));
     }
 
     #[test]
@@ -341,7 +341,7 @@ mod tests {
             assert_eq!(t, rrc(24, 40, 60, pattern(40, 60), seed));
         }
         // Tiny input, upscaled.
-        assert_eq!(rrc(16, 1, 1, vec![9, 8, 7], 0).data, TensorData::U8([9, 8, 7].repeat(256)));
+        assert_eq!(rrc(16, 1, 1, vec![9, 8, 7], 0).data, TensorData::U8([9, 8, 7].repeat(256).into()));
     }
 
     #[test]
@@ -357,7 +357,7 @@ mod tests {
             let expected = resize_rgb("test", view, None, size, size).unwrap();
             assert_eq!(
                 rrc(size as u32, h, w, src.clone(), seed).data,
-                TensorData::U8(expected),
+                TensorData::U8(expected.into()),
                 "seed {seed}"
             );
         }

@@ -241,7 +241,7 @@ mod tests {
         let e = run(png(&pixels, 23, 17, ExtendedColorType::Rgb8)).unwrap();
         let t = tensor(&e);
         assert_eq!(t.shape, vec![17, 23, 3]);
-        assert_eq!(t.data, TensorData::U8(pixels));
+        assert_eq!(t.data, TensorData::U8(pixels.into()));
         // The field keeps its place; other fields are untouched.
         assert_eq!(e.fields[0].0, "image");
         assert_eq!(e.get("label"), Some(&Value::Text("1".into())));
@@ -266,7 +266,7 @@ mod tests {
         let t = tensor(&e);
         assert_eq!(t.shape, vec![6, 5, 3]);
         let expected: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
-        assert_eq!(t.data, TensorData::U8(expected));
+        assert_eq!(t.data, TensorData::U8(expected.into()));
     }
 
     #[test]
@@ -276,7 +276,7 @@ mod tests {
         let t = tensor(&e);
         assert_eq!(t.shape, vec![3, 4, 3]);
         let expected: Vec<u8> = rgba.chunks(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
-        assert_eq!(t.data, TensorData::U8(expected));
+        assert_eq!(t.data, TensorData::U8(expected.into()));
     }
 
     #[test]
@@ -287,7 +287,7 @@ mod tests {
         let t = tensor(&e);
         assert_eq!(t.shape, vec![2, 3, 3]);
         let expected: Vec<u8> = values.iter().map(|v| (*v / 257) as u8).collect();
-        assert_eq!(t.data, TensorData::U8(expected));
+        assert_eq!(t.data, TensorData::U8(expected.into()));
     }
 
     #[test]
@@ -338,7 +338,7 @@ mod tests {
         let e = run(webp_lossless(&pixels, 13, 19, ExtendedColorType::Rgb8)).unwrap();
         let t = tensor(&e);
         assert_eq!(t.shape, vec![19, 13, 3]);
-        assert_eq!(t.data, TensorData::U8(pixels));
+        assert_eq!(t.data, TensorData::U8(pixels.into()));
     }
 
     #[test]

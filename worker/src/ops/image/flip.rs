@@ -74,6 +74,7 @@ mod tests {
     use crate::ops::image::rgb_value;
     use crate::ops::image::test_images::pattern;
     use crate::tensor::Tensor;
+    use smallvec::smallvec;
 
     fn flip(p: f64, value: Value, seed: u64) -> Result<Value, OpError> {
         let mut e = Element::new("k");
@@ -111,10 +112,12 @@ mod tests {
     fn float32_hwc_is_mirrored_too() {
         let (h, w) = (3, 5);
         let src: Vec<f32> = (0..h * w * 3).map(|i| i as f32 * 0.5 - 3.0).collect();
-        let value = Value::Tensor(Tensor { shape: vec![h, w, 3], data: TensorData::F32(src.clone()) });
+        let value = Value::Tensor(Tensor { shape: vec![h, w, 3], data: TensorData::F32(src.clone().into()) });
         let out = flip(1.0, value, 0).unwrap();
-        let expected =
-            Value::Tensor(Tensor { shape: vec![h, w, 3], data: TensorData::F32(reference(&src, h, w)) });
+        let expected = Value::Tensor(Tensor {
+            shape: vec![h, w, 3],
+            data: TensorData::F32(reference(&src, h, w).into()),
+        });
         assert_eq!(out, expected);
     }
 
@@ -153,10 +156,10 @@ mod tests {
 
     #[test]
     fn wrong_input_is_an_error() {
-        let chw = Value::Tensor(Tensor { shape: vec![3, 4, 5], data: TensorData::F32(vec![0.0; 60]) });
+        let chw = Value::Tensor(Tensor { shape: vec![3, 4, 5], data: TensorData::F32(smallvec![0.0; 60]) });
         let err = flip(1.0, chw, 0).unwrap_err();
         assert!(err.0.contains("move this stage before it"), "{err}");
-        let int = Value::Tensor(Tensor { shape: vec![4, 5, 3], data: TensorData::I64(vec![0; 60]) });
+        let int = Value::Tensor(Tensor { shape: vec![4, 5, 3], data: TensorData::I64(smallvec![0; 60]) });
         assert!(flip(1.0, int, 0).is_err());
         assert!(flip(0.0, Value::Bytes(bytes::Bytes::from_static(b"x")), 0).is_err());
         let mut e = Element::new("k");

@@ -69,6 +69,7 @@ mod tests {
     use crate::ops::image::test_images::pattern;
     use crate::tensor::{Tensor, TensorData};
     use granary_crds::ops::image::{Flip, ImageDType, Layout, Normalize};
+    use smallvec::smallvec;
 
     fn configs(p: f64, dtype: ImageDType, layout: Layout) -> Vec<OpConfig> {
         let field = "image".to_string();
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn what_the_stages_refuse_it_refuses_with_their_words() {
-        let float = Value::Tensor(Tensor { shape: vec![2, 2, 3], data: TensorData::F32(vec![0.5; 12]) });
+        let float = Value::Tensor(Tensor { shape: vec![2, 2, 3], data: TensorData::F32(smallvec![0.5; 12]) });
         let (fused, separate, _) = both(&configs(1.0, ImageDType::Uint8, Layout::CHW), float, 0);
         let (fused, separate) = (fused.unwrap_err(), separate.unwrap_err());
         assert_eq!(fused.0, separate.0);

@@ -24,7 +24,7 @@ use super::{RgbView, check_dimensions, resize_rgb};
 use crate::element::{Element, Value};
 use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_crds::ops::filter::Test;
 use granary_image::jpeg::{JpegInfo, with_decoder};
@@ -229,7 +229,10 @@ impl FusedCropOp {
                 plan.window.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(&self.field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
-                return Ok(Some(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) })));
+                return Ok(Some(Some(Tensor {
+                    shape: vec![1, 1, 3],
+                    data: TensorData::U8(SmallVec::from_slice(first)),
+                })));
             }
             self.finish(window, &plan).map(|t| Some(Some(t)))
         })

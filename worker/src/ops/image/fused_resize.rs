@@ -26,7 +26,7 @@ use super::{RgbView, check_dimensions};
 use crate::element::{Element, Value};
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_image::jpeg::{JpegInfo, with_decoder};
 use granary_image::planned::pad_into;
@@ -317,7 +317,10 @@ impl FusedResizeOp {
             let window = plan.window.decode(bytes, &info, &mut buffer).map_err(|why| corrupt(field, why))?;
             if self.decode_only {
                 let first = window.data.get(..3).unwrap_or(&[0, 0, 0]);
-                return Ok(Some(Tensor { shape: vec![1, 1, 3], data: TensorData::U8(first.to_vec()) }));
+                return Ok(Some(Tensor {
+                    shape: vec![1, 1, 3],
+                    data: TensorData::U8(SmallVec::from_slice(first)),
+                }));
             }
             self.finish(window, plan.window.crop, &g, plan.flip).map(Some)
         })

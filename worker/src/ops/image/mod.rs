@@ -21,7 +21,7 @@ pub mod resize;
 
 use crate::element::{Element, Value};
 use crate::ops::OpError;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 
 /// The fused operator that runs the stages at the start of `configs` in one pass, with how many
 /// it takes: decode with a random crop (and the flip and normalization after it), or a flip and
@@ -163,7 +163,7 @@ pub fn hwc_tensor_mut<'a>(
 /// An RGB `uint8` image value of shape `[height, width, 3]`; `data` must hold
 /// `height * width * 3` bytes.
 pub fn rgb_value(height: usize, width: usize, data: Vec<u8>) -> Value {
-    Value::Tensor(Tensor { shape: vec![height, width, 3], data: TensorData::U8(data) })
+    Value::Tensor(Tensor { shape: vec![height, width, 3], data: TensorData::U8(SmallVec::from_vec(data)) })
 }
 
 /// Resizes the `region` of `src` (the whole image when `None`) to `out_height × out_width`
@@ -201,6 +201,7 @@ pub(crate) fn test_configs(yaml: &str) -> Vec<granary_crds::OpConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smallvec::smallvec;
 
     #[test]
     fn rgb_u8_reports_missing_field_bytes_and_wrong_tensors() {
@@ -213,15 +214,21 @@ mod tests {
         let err = rgb_u8("image.resize", &e, "image").unwrap_err();
         assert!(err.0.contains("add `image.decode` before it"), "{err}");
 
-        e.set("image", Value::Tensor(Tensor { shape: vec![3, 4, 5], data: TensorData::F32(vec![0.0; 60]) }));
+        e.set(
+            "image",
+            Value::Tensor(Tensor { shape: vec![3, 4, 5], data: TensorData::F32(smallvec![0.0; 60]) }),
+        );
         let err = rgb_u8("image.flip", &e, "image").unwrap_err();
         assert!(err.0.contains("float32") && err.0.contains("move this stage before it"), "{err}");
 
-        e.set("image", Value::Tensor(Tensor { shape: vec![4, 5], data: TensorData::U8(vec![0; 20]) }));
+        e.set("image", Value::Tensor(Tensor { shape: vec![4, 5], data: TensorData::U8(smallvec![0; 20]) }));
         assert!(rgb_u8("image.flip", &e, "image").is_err());
 
         // Shape and data length disagree: an error, not a panic later.
-        e.set("image", Value::Tensor(Tensor { shape: vec![4, 5, 3], data: TensorData::U8(vec![0; 59]) }));
+        e.set(
+            "image",
+            Value::Tensor(Tensor { shape: vec![4, 5, 3], data: TensorData::U8(smallvec![0; 59]) }),
+        );
         assert!(rgb_u8("image.flip", &e, "image").is_err());
 
         e.set("image", rgb_value(4, 5, vec![7; 60]));

@@ -5,7 +5,7 @@ use super::rgb_u8;
 use crate::element::{Element, Value};
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::ops::image::{ImageDType, Layout, Normalize};
 
 const OP: &str = "image.normalize";
@@ -63,17 +63,17 @@ impl Form {
                 if flip {
                     mirror::mirror_in_place(&mut out, w);
                 }
-                TensorData::U8(out)
+                TensorData::U8(SmallVec::from_vec(out))
             }
             (None, Layout::CHW) => {
                 let mut out = Vec::new();
                 planes_into(src, w, flip, &mut out);
-                TensorData::U8(out)
+                TensorData::U8(SmallVec::from_vec(out))
             }
             (Some(lut), layout) => {
                 let mut out = Vec::new();
                 kernel::normalize_into(src, w, lut, kernel_layout(layout), flip, &mut out);
-                TensorData::F32(out)
+                TensorData::F32(SmallVec::from_vec(out))
             }
         };
         Tensor { shape: self.shape(h, w), data }
@@ -213,7 +213,7 @@ mod tests {
             let exact = reference(&src, h, w, layout, |x, c| {
                 ((x as f64 / 255.0 - mean32[c] as f64) / std32[c] as f64) as f32
             });
-            assert_eq!(got, &exact, "{layout:?}");
+            assert_eq!(got[..], exact[..], "{layout:?}");
             // And within 1e-6 (relative, absolute near 0) of the plain f32 formula.
             let plain = reference(&src, h, w, layout, |x, c| (x as f32 / 255.0 - mean32[c]) / std32[c]);
             for (i, (a, b)) in got.iter().zip(&plain).enumerate() {
@@ -228,7 +228,7 @@ mod tests {
         // Defaults: mean 0, std 1, so x / 255.
         let t = run(&config(ImageDType::Float32, Layout::HWC, None, None), h, w, src.clone()).unwrap();
         let expected = reference(&src, h, w, Layout::HWC, |x, _| (x as f64 / 255.0) as f32);
-        assert_eq!(t.data, TensorData::F32(expected));
+        assert_eq!(t.data, TensorData::F32(expected.into()));
         // One value for all channels.
         let t = run(
             &config(ImageDType::Float32, Layout::CHW, Some(vec![0.5]), Some(vec![0.25])),
@@ -238,17 +238,17 @@ mod tests {
         )
         .unwrap();
         let expected = reference(&src, h, w, Layout::CHW, |x, _| ((x as f64 / 255.0 - 0.5) / 0.25) as f32);
-        assert_eq!(t.data, TensorData::F32(expected));
+        assert_eq!(t.data, TensorData::F32(expected.into()));
     }
 
     #[test]
     fn uint8_hwc_is_unchanged_and_chw_is_an_exact_transpose() {
         let (h, w, src) = test_image();
         let t = run(&config(ImageDType::Uint8, Layout::HWC, None, None), h, w, src.clone()).unwrap();
-        assert_eq!((t.shape, t.data), (vec![h, w, 3], TensorData::U8(src.clone())));
+        assert_eq!((t.shape, t.data), (vec![h, w, 3], TensorData::U8(src.clone().into())));
         let t = run(&config(ImageDType::Uint8, Layout::CHW, None, None), h, w, src.clone()).unwrap();
         assert_eq!(t.shape, vec![3, h, w]);
-        assert_eq!(t.data, TensorData::U8(reference(&src, h, w, Layout::CHW, |x, _| x)));
+        assert_eq!(t.data, TensorData::U8(reference(&src, h, w, Layout::CHW, |x, _| x).into()));
     }
 
     #[test]
@@ -304,14 +304,14 @@ mod tests {
                 assert_eq!(t.shape, f32_form.shape(h, w));
                 assert_eq!(
                     t.data,
-                    TensorData::F32(reference_flipped(&src, h, w, layout, flip, exact)),
+                    TensorData::F32(reference_flipped(&src, h, w, layout, flip, exact).into()),
                     "{layout:?} flip {flip}"
                 );
                 let u8_form = Form::new(&config(ImageDType::Uint8, layout, None, None));
                 let t = u8_form.emit(&src, h, w, flip);
                 assert_eq!(
                     t.data,
-                    TensorData::U8(reference_flipped(&src, h, w, layout, flip, |x, _| x)),
+                    TensorData::U8(reference_flipped(&src, h, w, layout, flip, |x, _| x).into()),
                     "{layout:?} flip {flip}"
                 );
             }

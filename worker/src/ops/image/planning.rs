@@ -21,7 +21,7 @@ use super::fused_resize::FusedResizeOp;
 use crate::element::{Element, Value};
 use crate::ops::{Fate, OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::OpConfig;
 use granary_image::row::PLAN_BYTES;
 
@@ -130,7 +130,10 @@ impl PlanningOp {
             }
         };
         let len = row.len();
-        element.set(&self.field, Value::Tensor(Tensor { shape: vec![len], data: TensorData::U8(row) }));
+        element.set(
+            &self.field,
+            Value::Tensor(Tensor { shape: vec![len], data: TensorData::U8(SmallVec::from_vec(row)) }),
+        );
         Ok(Fate::Keep)
     }
 
@@ -252,7 +255,7 @@ mod tests {
                         else {
                             panic!("no pixels")
                         };
-                        assert_eq!(&out, pixels, "{yaml}, image {i}, seed {seed}");
+                        assert_eq!(out[..], pixels[..], "{yaml}, image {i}, seed {seed}");
                         // The maker's row holds the same pixels, made here.
                         let Some(Value::Tensor(Tensor { data: TensorData::U8(row), .. })) =
                             row_made.get("image")

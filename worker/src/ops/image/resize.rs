@@ -93,7 +93,7 @@ mod tests {
         // Already the right size: unchanged, bit for bit.
         let src = pattern(16, 21);
         let t = run(16, 16, 21, src.clone()).unwrap();
-        assert_eq!((t.shape, t.data), (vec![16, 21, 3], TensorData::U8(src)));
+        assert_eq!((t.shape, t.data), (vec![16, 21, 3], TensorData::U8(src.into())));
     }
 
     #[test]

@@ -4,8 +4,9 @@ use crate::element::{Element, Value};
 use crate::ops::text::tokenize::field_names;
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{DType, Tensor, TensorData};
+use crate::tensor::{DType, SmallVec, Tensor, TensorData};
 use granary_crds::ops::Cast;
+use smallvec::smallvec;
 
 /// Converts each listed column to its element type. Tensors of any shape convert element by
 /// element like numpy's `astype` (float to integer truncates toward zero), except that a value
@@ -39,10 +40,12 @@ fn int_bounds(to: DType) -> (f64, f64) {
 
 /// Converts integers (exactly held in `i64`) to `to`.
 fn from_ints<I: Iterator<Item = i64>>(values: I, to: DType) -> Result<TensorData, Unfit> {
-    fn fit<T: TryFrom<i64>>(values: impl Iterator<Item = i64>) -> Result<Vec<T>, Unfit> {
+    fn fit<A: smallvec::Array<Item: TryFrom<i64>>>(
+        values: impl Iterator<Item = i64>,
+    ) -> Result<SmallVec<A>, Unfit> {
         values
             .enumerate()
-            .map(|(index, v)| T::try_from(v).map_err(|_| Unfit { index, value: v.to_string() }))
+            .map(|(index, v)| A::Item::try_from(v).map_err(|_| Unfit { index, value: v.to_string() }))
             .collect()
     }
     Ok(match to {
@@ -94,8 +97,8 @@ fn cast_tensor(t: &Tensor, to: DType) -> Result<Tensor, Unfit> {
 fn parse_scalar(text: &str, to: DType) -> Option<Result<Tensor, Unfit>> {
     let s = text.trim();
     let data = match to {
-        DType::Float32 => TensorData::F32(vec![s.parse::<f32>().ok()?]),
-        DType::Float64 => TensorData::F64(vec![s.parse::<f64>().ok()?]),
+        DType::Float32 => TensorData::F32(smallvec![s.parse::<f32>().ok()?]),
+        DType::Float64 => TensorData::F64(smallvec![s.parse::<f64>().ok()?]),
         _ => match s.parse::<i64>() {
             Ok(v) => {
                 return Some(
@@ -179,8 +182,8 @@ impl CastOp {
 impl Operator for CastOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
         // Convert every column first so that a failure leaves the element untouched. A tensor
-        // already of its type stays as it is.
-        let mut out = Vec::with_capacity(self.columns.len());
+        // already of its type stays as it is. A row's columns are converted on the stack.
+        let mut out: SmallVec<[(usize, Tensor); 8]> = SmallVec::new();
         for (column, to) in &self.columns {
             let slot = element.fields.iter().position(|(name, _)| name == column);
             let value = slot.map(|i| &element.fields[i].1);
@@ -225,49 +228,55 @@ mod tests {
 
     #[test]
     fn floats_truncate_toward_zero_like_numpy() {
-        let v = t(&[4], TensorData::F64(vec![1.9, -1.9, -0.5, 255.99]));
-        assert_eq!(one(v.clone(), DType::Int32).unwrap(), t(&[4], TensorData::I32(vec![1, -1, 0, 255])));
-        assert_eq!(one(v, DType::Int64).unwrap(), t(&[4], TensorData::I64(vec![1, -1, 0, 255])));
-        let v = t(&[2, 1], TensorData::F32(vec![0.7, 255.5]));
-        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[2, 1], TensorData::U8(vec![0, 255])));
+        let v = t(&[4], TensorData::F64(smallvec![1.9, -1.9, -0.5, 255.99]));
+        assert_eq!(one(v.clone(), DType::Int32).unwrap(), t(&[4], TensorData::I32(smallvec![1, -1, 0, 255])));
+        assert_eq!(one(v, DType::Int64).unwrap(), t(&[4], TensorData::I64(smallvec![1, -1, 0, 255])));
+        let v = t(&[2, 1], TensorData::F32(smallvec![0.7, 255.5]));
+        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[2, 1], TensorData::U8(smallvec![0, 255])));
         let v = Value::Tensor(Tensor::scalar_f64(-9_223_372_036_854_775_808.0));
-        assert_eq!(one(v, DType::Int64).unwrap(), t(&[], TensorData::I64(vec![i64::MIN])));
+        assert_eq!(one(v, DType::Int64).unwrap(), t(&[], TensorData::I64(smallvec![i64::MIN])));
     }
 
     #[test]
     fn integers_and_floats_widen_and_narrow() {
         let v = Value::Tensor(Tensor::scalar_i64(3));
-        assert_eq!(one(v.clone(), DType::Float32).unwrap(), t(&[], TensorData::F32(vec![3.0])));
-        assert_eq!(one(v.clone(), DType::Float64).unwrap(), t(&[], TensorData::F64(vec![3.0])));
-        assert_eq!(one(v.clone(), DType::Uint8).unwrap(), t(&[], TensorData::U8(vec![3])));
+        assert_eq!(one(v.clone(), DType::Float32).unwrap(), t(&[], TensorData::F32(smallvec![3.0])));
+        assert_eq!(one(v.clone(), DType::Float64).unwrap(), t(&[], TensorData::F64(smallvec![3.0])));
+        assert_eq!(one(v.clone(), DType::Uint8).unwrap(), t(&[], TensorData::U8(smallvec![3])));
         assert_eq!(one(v.clone(), DType::Int64).unwrap(), v);
-        let v = t(&[3], TensorData::U8(vec![0, 1, 255]));
-        assert_eq!(one(v, DType::Int32).unwrap(), t(&[3], TensorData::I32(vec![0, 1, 255])));
-        let v = t(&[1], TensorData::F64(vec![0.1]));
-        assert_eq!(one(v, DType::Float32).unwrap(), t(&[1], TensorData::F32(vec![0.1])));
-        let v = t(&[1], TensorData::F32(vec![0.5]));
-        assert_eq!(one(v, DType::Float64).unwrap(), t(&[1], TensorData::F64(vec![0.5])));
-        let v = t(&[0], TensorData::F64(vec![]));
-        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[0], TensorData::U8(vec![])));
+        let v = t(&[3], TensorData::U8(smallvec![0, 1, 255]));
+        assert_eq!(one(v, DType::Int32).unwrap(), t(&[3], TensorData::I32(smallvec![0, 1, 255])));
+        let v = t(&[1], TensorData::F64(smallvec![0.1]));
+        assert_eq!(one(v, DType::Float32).unwrap(), t(&[1], TensorData::F32(smallvec![0.1])));
+        let v = t(&[1], TensorData::F32(smallvec![0.5]));
+        assert_eq!(one(v, DType::Float64).unwrap(), t(&[1], TensorData::F64(smallvec![0.5])));
+        let v = t(&[0], TensorData::F64(smallvec![]));
+        assert_eq!(one(v, DType::Uint8).unwrap(), t(&[0], TensorData::U8(smallvec![])));
     }
 
     #[test]
     fn text_and_utf8_bytes_parse_to_scalars() {
-        assert_eq!(one(Value::Text(" 42 ".into()), DType::Int64).unwrap(), t(&[], TensorData::I64(vec![42])));
-        assert_eq!(one(Value::Text("2.75".into()), DType::Int32).unwrap(), t(&[], TensorData::I32(vec![2])));
+        assert_eq!(
+            one(Value::Text(" 42 ".into()), DType::Int64).unwrap(),
+            t(&[], TensorData::I64(smallvec![42]))
+        );
+        assert_eq!(
+            one(Value::Text("2.75".into()), DType::Int32).unwrap(),
+            t(&[], TensorData::I32(smallvec![2]))
+        );
         assert_eq!(
             one(Value::Text("1e3".into()), DType::Float32).unwrap(),
-            t(&[], TensorData::F32(vec![1000.0]))
+            t(&[], TensorData::F32(smallvec![1000.0]))
         );
         assert_eq!(
             one(Value::Text("-0.25".into()), DType::Float64).unwrap(),
-            t(&[], TensorData::F64(vec![-0.25]))
+            t(&[], TensorData::F64(smallvec![-0.25]))
         );
         let cls = Value::Bytes(Bytes::from_static(b"917"));
-        assert_eq!(one(cls, DType::Int64).unwrap(), t(&[], TensorData::I64(vec![917])));
+        assert_eq!(one(cls, DType::Int64).unwrap(), t(&[], TensorData::I64(smallvec![917])));
         assert_eq!(
             one(Value::Text("9223372036854775807".into()), DType::Int64).unwrap(),
-            t(&[], TensorData::I64(vec![i64::MAX]))
+            t(&[], TensorData::I64(smallvec![i64::MAX]))
         );
     }
 
@@ -278,8 +287,8 @@ mod tests {
         el.set("b", Value::Text("7".into()));
         el.set("c", Value::Text("keep".into()));
         op(&[("a", DType::Float32), ("b", DType::Int32)]).apply(&mut el, &mut rng()).unwrap();
-        assert_eq!(el.get("a"), Some(&t(&[], TensorData::F32(vec![1.5]))));
-        assert_eq!(el.get("b"), Some(&t(&[], TensorData::I32(vec![7]))));
+        assert_eq!(el.get("a"), Some(&t(&[], TensorData::F32(smallvec![1.5]))));
+        assert_eq!(el.get("b"), Some(&t(&[], TensorData::I32(smallvec![7]))));
         assert_eq!(el.get("c"), Some(&Value::Text("keep".into())));
         let names: Vec<_> = el.fields.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a", "b", "c"], "order kept");
@@ -288,11 +297,11 @@ mod tests {
     #[test]
     fn a_column_already_of_its_type_keeps_its_value_and_a_later_failure_still_undoes_nothing() {
         let mut el = Element::new("r");
-        el.set("a", t(&[2], TensorData::I64(vec![4, -5])));
+        el.set("a", t(&[2], TensorData::I64(smallvec![4, -5])));
         el.set("b", Value::Tensor(Tensor::scalar_f64(0.25)));
         op(&[("a", DType::Int64), ("b", DType::Float32)]).apply(&mut el, &mut rng()).unwrap();
-        assert_eq!(el.get("a"), Some(&t(&[2], TensorData::I64(vec![4, -5]))));
-        assert_eq!(el.get("b"), Some(&t(&[], TensorData::F32(vec![0.25]))));
+        assert_eq!(el.get("a"), Some(&t(&[2], TensorData::I64(smallvec![4, -5]))));
+        assert_eq!(el.get("b"), Some(&t(&[], TensorData::F32(smallvec![0.25]))));
 
         el.set("c", Value::Text("many".into()));
         let before = el.clone();
@@ -313,9 +322,9 @@ mod tests {
         assert!(e.0.contains("inf"), "{e}");
         let e = one(Value::Tensor(Tensor::scalar_f64(9.3e18)), DType::Int64).unwrap_err();
         assert!(e.0.contains("int64"), "{e}");
-        let e = one(t(&[3], TensorData::I64(vec![1, 2, 256])), DType::Uint8).unwrap_err();
+        let e = one(t(&[3], TensorData::I64(smallvec![1, 2, 256])), DType::Uint8).unwrap_err();
         assert!(e.0.contains("256 at index 2") && e.0.contains("0..=255"), "{e}");
-        let e = one(t(&[1], TensorData::I32(vec![-1])), DType::Uint8).unwrap_err();
+        let e = one(t(&[1], TensorData::I32(smallvec![-1])), DType::Uint8).unwrap_err();
         assert!(e.0.contains("-1"), "{e}");
         let e = one(Value::Text("300".into()), DType::Uint8).unwrap_err();
         assert!(e.0.contains("300") && e.0.contains("uint8"), "{e}");

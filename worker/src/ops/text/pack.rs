@@ -15,7 +15,7 @@ use super::tokenize::field_names;
 use crate::element::{Element, Value};
 use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::ops::{LastRow, Pack};
 
 /// One packed row: three int64 vectors of the row length.
@@ -196,8 +196,9 @@ impl PackOp {
     /// Row `index` of split `split` as an element: key `split<split>#row<index>`, fields
     /// `input_ids`, `position_ids` and `segment_ids` (int64, [length]).
     pub fn row_element(&self, split: u64, index: u64, row: PackedRow) -> Element {
-        let tensor =
-            |data: Vec<i64>| Value::Tensor(Tensor { shape: vec![data.len()], data: TensorData::I64(data) });
+        let tensor = |data: Vec<i64>| {
+            Value::Tensor(Tensor { shape: vec![data.len()], data: TensorData::I64(SmallVec::from_vec(data)) })
+        };
         Element {
             key: format!("split{split}#row{index}"),
             fields: vec![

@@ -7,7 +7,7 @@ mod word_cache;
 use crate::element::{Element, Value};
 use crate::ops::{BuildContext, BuildError, OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use fast::FastPath;
 use granary_crds::ops::Tokenize;
 use tokenizers::Tokenizer;
@@ -124,7 +124,7 @@ impl TokenizeOp {
 
 /// A 1-D int64 tensor.
 fn vector(values: Vec<i64>) -> Tensor {
-    Tensor { shape: vec![values.len()], data: TensorData::I64(values) }
+    Tensor { shape: vec![values.len()], data: TensorData::I64(SmallVec::from_vec(values)) }
 }
 
 /// The names of an element's fields, for messages.
@@ -180,7 +180,7 @@ mod tests {
         match el.get(name) {
             Some(Value::Tensor(Tensor { data: TensorData::I64(v), shape })) => {
                 assert_eq!(shape, &vec![v.len()]);
-                v.clone()
+                v.to_vec()
             }
             other => panic!("{name}: {other:?}"),
         }

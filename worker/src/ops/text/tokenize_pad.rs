@@ -12,7 +12,7 @@ use super::truncate_pad::{TOKEN_TYPE_IDS, TruncatePadOp};
 use crate::element::{Element, Value};
 use crate::ops::{BuildContext, BuildError, OpError, Operator};
 use crate::seed::SeededRng;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{SmallVec, Tensor, TensorData};
 use granary_crds::OpConfig;
 
 /// Tokenization and truncation/padding to a fixed length in one pass.
@@ -74,7 +74,10 @@ impl Operator for TokenizePadOp {
         mask.resize(self.length, 0);
         element.take(self.tokenize.field());
         let vector = |values: Vec<i64>| {
-            Value::Tensor(Tensor { shape: vec![values.len()], data: TensorData::I64(values) })
+            Value::Tensor(Tensor {
+                shape: vec![values.len()],
+                data: TensorData::I64(SmallVec::from_vec(values)),
+            })
         };
         element.set(INPUT_IDS, vector(ids));
         element.set(ATTENTION_MASK, vector(mask));
@@ -88,6 +91,7 @@ mod tests {
     use crate::ops::build;
     use bytes::Bytes;
     use granary_crds::ops::{Tokenize, TruncatePad};
+    use smallvec::smallvec;
     use std::path::PathBuf;
 
     fn ctx() -> BuildContext {
@@ -160,7 +164,7 @@ mod tests {
         let mut rng = SeededRng::for_element(0, 0, 0, 0);
         let mut el = Element::new("k");
         el.set("text", Value::Text("hello world".into()));
-        el.set(TOKEN_TYPE_IDS, Value::Tensor(Tensor { shape: vec![1], data: TensorData::I64(vec![0]) }));
+        el.set(TOKEN_TYPE_IDS, Value::Tensor(Tensor { shape: vec![1], data: TensorData::I64(smallvec![0]) }));
         let e = fused.apply(&mut el, &mut rng).unwrap_err();
         assert!(e.0.contains("`token_type_ids`"), "{e}");
 

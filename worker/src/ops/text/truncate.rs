@@ -79,13 +79,14 @@ impl Operator for TruncateOp {
 mod tests {
     use super::*;
     use crate::tensor::Tensor;
+    use smallvec::smallvec;
 
     fn op(length: u32, fields: &[&str]) -> TruncateOp {
         TruncateOp::new(&Truncate { length, fields: fields.iter().map(|f| f.to_string()).collect() })
     }
 
     fn ids(v: &[i64]) -> Value {
-        Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::I64(v.to_vec()) })
+        Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::I64(v.to_vec().into()) })
     }
 
     fn rng() -> SeededRng {
@@ -110,11 +111,12 @@ mod tests {
         truncate.apply(&mut short, &mut rng()).unwrap();
         assert_eq!(short.get("input_ids"), Some(&ids(&[0, 1])));
         let mut int32 = Element::new("e");
-        int32.set("t", Value::Tensor(Tensor { shape: vec![4], data: TensorData::I32(vec![1, 2, 3, 4]) }));
+        int32
+            .set("t", Value::Tensor(Tensor { shape: vec![4], data: TensorData::I32(smallvec![1, 2, 3, 4]) }));
         op(2, &["t"]).apply(&mut int32, &mut rng()).unwrap();
         assert_eq!(
             int32.get("t"),
-            Some(&Value::Tensor(Tensor { shape: vec![2], data: TensorData::I32(vec![1, 2]) }))
+            Some(&Value::Tensor(Tensor { shape: vec![2], data: TensorData::I32(smallvec![1, 2]) }))
         );
     }
 
@@ -135,10 +137,10 @@ mod tests {
         let e = op(2, &["text"]).apply(&mut el, &mut rng()).unwrap_err();
         assert!(e.0.contains("add `text.tokenize` before `text.truncate`"), "{e}");
         let mut el = Element::new("k");
-        el.set("x", Value::Tensor(Tensor { shape: vec![1, 1], data: TensorData::I64(vec![1]) }));
+        el.set("x", Value::Tensor(Tensor { shape: vec![1, 1], data: TensorData::I64(smallvec![1]) }));
         let e = op(2, &["x"]).apply(&mut el, &mut rng()).unwrap_err();
         assert!(e.0.contains("1-D"), "{e}");
-        el.set("x", Value::Tensor(Tensor { shape: vec![1], data: TensorData::F32(vec![1.0]) }));
+        el.set("x", Value::Tensor(Tensor { shape: vec![1], data: TensorData::F32(smallvec![1.0]) }));
         let e = op(2, &["x"]).apply(&mut el, &mut rng()).unwrap_err();
         assert!(e.0.contains("float32"), "{e}");
     }

@@ -6,6 +6,7 @@ use crate::ops::{OpError, Operator};
 use crate::seed::SeededRng;
 use crate::tensor::{Tensor, TensorData};
 use granary_crds::ops::TruncatePad;
+use smallvec::smallvec;
 
 /// Name of the optional segment-id field, padded with 0 like the mask.
 pub const TOKEN_TYPE_IDS: &str = "token_type_ids";
@@ -107,7 +108,7 @@ impl Operator for TruncatePadOp {
             }
         }
         if mask_len.is_none() {
-            let mask = Tensor { shape: vec![n], data: TensorData::I64(vec![1; n]) };
+            let mask = Tensor { shape: vec![n], data: TensorData::I64(smallvec![1; n]) };
             element.set(ATTENTION_MASK, Value::Tensor(mask));
         }
         let key = element.key.clone();
@@ -129,14 +130,14 @@ mod tests {
     }
 
     fn vec_field(v: &[i64]) -> Value {
-        Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::I64(v.to_vec()) })
+        Value::Tensor(Tensor { shape: vec![v.len()], data: TensorData::I64(v.to_vec().into()) })
     }
 
     fn get(el: &Element, name: &str) -> Vec<i64> {
         match el.get(name) {
             Some(Value::Tensor(Tensor { data: TensorData::I64(v), shape })) => {
                 assert_eq!(shape, &vec![v.len()]);
-                v.clone()
+                v.to_vec()
             }
             other => panic!("{name}: {other:?}"),
         }
@@ -181,11 +182,11 @@ mod tests {
     #[test]
     fn creates_a_missing_mask_and_handles_int32() {
         let mut el = Element::new("e");
-        el.set(INPUT_IDS, Value::Tensor(Tensor { shape: vec![2], data: TensorData::I32(vec![4, 5]) }));
+        el.set(INPUT_IDS, Value::Tensor(Tensor { shape: vec![2], data: TensorData::I32(smallvec![4, 5]) }));
         op(4, 1).apply(&mut el, &mut rng()).unwrap();
         assert_eq!(
             el.get(INPUT_IDS),
-            Some(&Value::Tensor(Tensor { shape: vec![4], data: TensorData::I32(vec![4, 5, 1, 1]) }))
+            Some(&Value::Tensor(Tensor { shape: vec![4], data: TensorData::I32(smallvec![4, 5, 1, 1]) }))
         );
         assert_eq!(get(&el, ATTENTION_MASK), vec![1, 1, 0, 0]);
     }
@@ -208,7 +209,7 @@ mod tests {
         assert!(e.0.contains("1-D int64"), "{e}");
 
         let mut el = Element::new("k");
-        el.set(INPUT_IDS, Value::Tensor(Tensor { shape: vec![1], data: TensorData::I32(vec![4]) }));
+        el.set(INPUT_IDS, Value::Tensor(Tensor { shape: vec![1], data: TensorData::I32(smallvec![4]) }));
         let e = op(4, 1 << 40).apply(&mut el, &mut rng()).unwrap_err();
         assert!(e.0.contains("does not fit the int32"), "{e}");
     }

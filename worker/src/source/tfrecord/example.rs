@@ -80,9 +80,9 @@ pub struct Int64List {
 }
 
 /// A scalar for one value, else a 1-D tensor.
-fn numbers<T>(values: Vec<T>, wrap: fn(Vec<T>) -> TensorData) -> Value {
+fn numbers<A: smallvec::Array>(values: Vec<A::Item>, wrap: fn(smallvec::SmallVec<A>) -> TensorData) -> Value {
     let shape = if values.len() == 1 { Vec::new() } else { vec![values.len()] };
-    Value::Tensor(Tensor { shape, data: wrap(values) })
+    Value::Tensor(Tensor { shape, data: wrap(smallvec::SmallVec::from_vec(values)) })
 }
 
 /// Appends field `name`, unless another feature gave it already.
@@ -123,6 +123,7 @@ pub fn fill(element: &mut Element, example: Example) -> Result<(), String> {
 mod tests {
     use super::*;
     use prost::Message;
+    use smallvec::smallvec;
 
     fn feature(kind: FeatureKind) -> Feature {
         Feature { kind: Some(kind) }
@@ -153,15 +154,15 @@ mod tests {
         assert_eq!(e.get("label"), Some(&Value::Tensor(Tensor::scalar_i64(7))));
         assert_eq!(
             e.get("ids"),
-            Some(&Value::Tensor(Tensor { shape: vec![3], data: TensorData::I64(vec![1, 2, 3]) }))
+            Some(&Value::Tensor(Tensor { shape: vec![3], data: TensorData::I64(smallvec![1, 2, 3]) }))
         );
         assert_eq!(
             e.get("box"),
-            Some(&Value::Tensor(Tensor { shape: vec![2], data: TensorData::F32(vec![0.5, 1.5]) }))
+            Some(&Value::Tensor(Tensor { shape: vec![2], data: TensorData::F32(smallvec![0.5, 1.5]) }))
         );
         assert_eq!(
             e.get("none"),
-            Some(&Value::Tensor(Tensor { shape: vec![0], data: TensorData::F32(vec![]) }))
+            Some(&Value::Tensor(Tensor { shape: vec![0], data: TensorData::F32(smallvec![]) }))
         );
         assert_eq!(e.get("tags/1"), Some(&Value::Bytes(Bytes::from("b"))));
         assert_eq!(e.get("text"), Some(&Value::Bytes(Bytes::from("hi"))));

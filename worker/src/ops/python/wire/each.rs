@@ -96,7 +96,7 @@ mod tests {
         let mut e = Element::new(key);
         e.set("caption", Value::Text(format!("caption of {key}")));
         let n = pixels.len();
-        e.set("image", Value::Tensor(Tensor::new(vec![n, 1, 1], TensorData::U8(pixels)).unwrap()));
+        e.set("image", Value::Tensor(Tensor::new(vec![n, 1, 1], TensorData::U8(pixels.into())).unwrap()));
         e
     }
 

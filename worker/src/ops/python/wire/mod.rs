@@ -404,12 +404,16 @@ mod tests {
     use super::*;
     use crate::ops::python::shm::Shared;
     use crate::tensor::TensorData;
+    use smallvec::smallvec;
 
     fn element() -> Element {
         let mut e = Element::new("a/0001.jpg");
         e.set("jpeg", Value::Bytes(Bytes::from_static(b"\xff\xd8 jpeg")));
         e.set("caption", Value::Text("a cat".into()));
-        e.set("image", Value::Tensor(Tensor::new(vec![2, 2, 1], TensorData::U8(vec![1, 2, 3, 4])).unwrap()));
+        e.set(
+            "image",
+            Value::Tensor(Tensor::new(vec![2, 2, 1], TensorData::U8(smallvec![1, 2, 3, 4])).unwrap()),
+        );
         e
     }
 
@@ -464,7 +468,7 @@ mod tests {
         assert_eq!(names, ["caption", "image"], "jpeg was dropped");
         assert_eq!(out[0][0].1, Value::Text("a cat".into()));
         let Value::Tensor(t) = &out[0][1].1 else { panic!("a tensor") };
-        assert_eq!((t.shape.clone(), t.data.clone()), (vec![1, 2], TensorData::F32(vec![0.5, -1.0])));
+        assert_eq!((t.shape.clone(), t.data.clone()), (vec![1, 2], TensorData::F32(smallvec![0.5, -1.0])));
     }
 
     #[test]
@@ -491,7 +495,7 @@ mod tests {
     fn a_group_needs_equal_shapes() {
         let mut other = element();
         other.key = "a/0002.jpg".into();
-        other.set("image", Value::Tensor(Tensor::new(vec![1, 1, 1], TensorData::U8(vec![9])).unwrap()));
+        other.set("image", Value::Tensor(Tensor::new(vec![1, 1, 1], TensorData::U8(smallvec![9])).unwrap()));
         let mut shm = Shared::new().unwrap();
         let error = encode_call(
             &CallHeader { stage: 0, rng: None },
