@@ -34,6 +34,7 @@
 mod assemble;
 mod cached;
 mod client_share;
+mod feed;
 mod group;
 mod pack;
 mod shuffle;
@@ -49,6 +50,7 @@ use crate::seed::SeededRng;
 use crate::source::{Source, SourceError};
 pub use client_share::ClientShare;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use feed::{Feeder, Taker};
 use shuffle::ShuffleBuffer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -594,7 +596,7 @@ pub fn execute(
     // Deep enough that the reader, a thread that mostly waits on reads, can fall a few splits
     // behind on a loaded CPU (its turn for a core comes late) without the compute threads
     // running dry: with 4 per thread they idled about a tenth of the time on 2 busy cores.
-    let (work_tx, work_rx) = bounded::<Work>(threads * 32);
+    let (work_tx, work_rx) = feed::queue::<Work>(threads * 32);
     let (done_tx, done_rx) = unbounded::<Done>();
     let (out_tx, out_rx) = bounded::<Result<Output, ExecError>>(1);
     let mut handles = Vec::with_capacity(threads + 2);
@@ -686,7 +688,7 @@ fn read(
     plan: &Plan,
     tasks: Tasks,
     budget: &Arc<Budget>,
-    work: &Sender<Work>,
+    work: &Feeder<Work>,
     done: &Sender<Done>,
     rt: &Handle,
 ) {
@@ -811,7 +813,7 @@ fn read(
 /// wanted (checked before each item).
 fn compute(
     plan: &Plan,
-    work: &Receiver<Work>,
+    work: &Taker<Work>,
     done: &Sender<Done>,
     times: &StageTimes,
     keep: &dyn Fn() -> bool,

@@ -12,8 +12,9 @@
 //!
 //! The output is the same for any thread count (see the executor), so tuning changes only speed.
 
+use super::feed::Taker;
 use super::{Done, Plan, StageTimes, Work, compute, spawn};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -121,7 +122,7 @@ impl Drop for SetOnDrop {
 /// What the tuner needs of the execution.
 pub(super) struct Tuned {
     pub(super) plan: Arc<Plan>,
-    pub(super) work: Receiver<Work>,
+    pub(super) work: Taker<Work>,
     pub(super) done: Sender<Done>,
     pub(super) times: Arc<StageTimes>,
     /// Set once the reader has queued its last element: no thread is needed any more.
