@@ -60,6 +60,16 @@ impl Element {
         self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
+    /// The position of field `name` in [`Element::fields`], looked for from `from` on first
+    /// and then before it: stages that visit several fields in the order rows hold them find
+    /// each at the first comparison.
+    pub fn position_from(&self, name: &str, from: usize) -> Option<usize> {
+        let from = from.min(self.fields.len());
+        let (before, after) = self.fields.split_at(from);
+        let at = |fields: &[(FieldName, Value)]| fields.iter().position(|(n, _)| n == name);
+        at(after).map(|i| from + i).or_else(|| at(before))
+    }
+
     /// The value of field `name`, mutably.
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Value> {
         self.fields.iter_mut().find(|(n, _)| n == name).map(|(_, v)| v)
@@ -82,5 +92,27 @@ impl Element {
     /// Bytes held by all fields (the key not counted).
     pub fn nbytes(&self) -> usize {
         self.fields.iter().map(|(_, v)| v.nbytes()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_is_found_after_its_hint_before_it_or_not_at_all() {
+        let mut el = Element::new("row#1");
+        for name in ["a", "b", "c", "b2"] {
+            el.set(name, Value::Text(name.into()));
+        }
+        // At the hint, after it, before it, past the end, and missing.
+        assert_eq!(el.position_from("b", 1), Some(1));
+        assert_eq!(el.position_from("c", 1), Some(2));
+        assert_eq!(el.position_from("a", 2), Some(0));
+        assert_eq!(el.position_from("b2", 99), Some(3));
+        assert_eq!(el.position_from("a", 99), Some(0));
+        assert_eq!(el.position_from("d", 0), None);
+        assert_eq!(el.position_from("d", 2), None);
+        assert_eq!(Element::new("empty").position_from("a", 0), None);
     }
 }

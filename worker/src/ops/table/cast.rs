@@ -78,42 +78,29 @@ fn from_floats<I: Iterator<Item = f64>>(values: I, to: DType) -> Result<TensorDa
     })
 }
 
-/// Converts a tensor's elements to `to`, keeping its shape.
-fn cast_tensor(t: &Tensor, to: DType) -> Result<Tensor, Unfit> {
-    if t.dtype() == to {
-        return Ok(t.clone());
+/// Converts a tensor's values to `to` (its shape is kept by the caller). A tensor already of
+/// type `to` is not passed here.
+fn cast_data(data: &TensorData, to: DType) -> Result<TensorData, Unfit> {
+    match data {
+        TensorData::F32(v) => from_floats(v.iter().map(|&x| f64::from(x)), to),
+        TensorData::F64(v) => from_floats(v.iter().copied(), to),
+        TensorData::U8(v) => from_ints(v.iter().map(|&x| i64::from(x)), to),
+        TensorData::I32(v) => from_ints(v.iter().map(|&x| i64::from(x)), to),
+        TensorData::I64(v) => from_ints(v.iter().copied(), to),
     }
-    let data = match (&t.data, to) {
-        (TensorData::F32(v), _) => from_floats(v.iter().map(|&x| f64::from(x)), to)?,
-        (TensorData::F64(v), _) => from_floats(v.iter().copied(), to)?,
-        (TensorData::U8(v), _) => from_ints(v.iter().map(|&x| i64::from(x)), to)?,
-        (TensorData::I32(v), _) => from_ints(v.iter().map(|&x| i64::from(x)), to)?,
-        (TensorData::I64(v), _) => from_ints(v.iter().copied(), to)?,
-    };
-    Ok(Tensor { shape: t.shape.clone(), data })
 }
 
-/// Parses a number written as text into a scalar of type `to`.
-fn parse_scalar(text: &str, to: DType) -> Option<Result<Tensor, Unfit>> {
+/// Parses a number written as text into the value of a scalar of type `to`.
+fn parse_scalar(text: &str, to: DType) -> Option<Result<TensorData, Unfit>> {
     let s = text.trim();
-    let data = match to {
-        DType::Float32 => TensorData::F32(smallvec![s.parse::<f32>().ok()?]),
-        DType::Float64 => TensorData::F64(smallvec![s.parse::<f64>().ok()?]),
+    Some(match to {
+        DType::Float32 => Ok(TensorData::F32(smallvec![s.parse::<f32>().ok()?])),
+        DType::Float64 => Ok(TensorData::F64(smallvec![s.parse::<f64>().ok()?])),
         _ => match s.parse::<i64>() {
-            Ok(v) => {
-                return Some(
-                    from_ints(std::iter::once(v), to).map(|d| Tensor { shape: Vec::new(), data: d }),
-                );
-            }
-            Err(_) => {
-                let v = s.parse::<f64>().ok()?;
-                return Some(
-                    from_floats(std::iter::once(v), to).map(|d| Tensor { shape: Vec::new(), data: d }),
-                );
-            }
+            Ok(v) => from_ints(std::iter::once(v), to),
+            Err(_) => from_floats(std::iter::once(s.parse::<f64>().ok()?), to),
         },
-    };
-    Some(Ok(Tensor { shape: Vec::new(), data }))
+    })
 }
 
 /// The range an integer type holds, for messages.
@@ -127,14 +114,15 @@ fn range_of(to: DType) -> &'static str {
 }
 
 impl CastOp {
-    /// `column`'s value (`value`, `None` where the element lacks it) converted to `to`.
+    /// `column`'s value (`value`, `None` where the element lacks it) converted to `to`: the
+    /// tensor's values (its shape stays), or a scalar's for a number written as text.
     fn cast_one(
         &self,
         element: &Element,
         value: Option<&Value>,
         column: &str,
         to: DType,
-    ) -> Result<Tensor, OpError> {
+    ) -> Result<TensorData, OpError> {
         let key = &element.key;
         let unfit = |u: Unfit, many: bool| {
             let at = if many { format!(" at index {}", u.index) } else { String::new() };
@@ -154,7 +142,7 @@ impl CastOp {
                     field_names(element)
                 )));
             }
-            Some(Value::Tensor(t)) => return cast_tensor(t, to).map_err(|u| unfit(u, t.len() > 1)),
+            Some(Value::Tensor(t)) => return cast_data(&t.data, to).map_err(|u| unfit(u, t.len() > 1)),
             Some(Value::Text(s)) => s.as_str(),
             Some(Value::Bytes(b)) => std::str::from_utf8(b).map_err(|_| {
                 OpError::new(format!(
@@ -182,11 +170,16 @@ impl CastOp {
 impl Operator for CastOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
         // Convert every column first so that a failure leaves the element untouched. A tensor
-        // already of its type stays as it is. A row's columns are converted on the stack.
-        let mut out: SmallVec<[(usize, Tensor); 8]> = SmallVec::new();
+        // already of its type stays as it is. A row's new values are held on the stack, and
+        // written back by position: a tensor keeps its shape, text becomes a scalar.
+        let mut out: SmallVec<[(usize, TensorData); 8]> = SmallVec::new();
+        // Columns are usually listed in the order the rows hold them: each search starts where
+        // the last one found its column.
+        let mut next = 0;
         for (column, to) in &self.columns {
-            let slot = element.fields.iter().position(|(name, _)| name == column);
+            let slot = element.position_from(column, next);
             let value = slot.map(|i| &element.fields[i].1);
+            next = slot.map_or(next, |i| i + 1);
             if let Some(Value::Tensor(t)) = value
                 && t.dtype() == *to
             {
@@ -195,8 +188,11 @@ impl Operator for CastOp {
             let cast = self.cast_one(element, value, column, *to)?;
             out.extend(slot.map(|i| (i, cast)));
         }
-        for (i, t) in out {
-            element.fields[i].1 = Value::Tensor(t);
+        for (i, data) in out {
+            match &mut element.fields[i].1 {
+                Value::Tensor(t) => t.data = data,
+                value => *value = Value::Tensor(Tensor { shape: Vec::new(), data }),
+            }
         }
         Ok(())
     }

@@ -27,9 +27,17 @@ impl Operator for SelectOp {
         {
             return Ok(());
         }
-        let missing: Vec<String> =
-            self.columns.iter().filter(|c| element.get(c).is_none()).map(|c| format!("`{c}`")).collect();
-        if !missing.is_empty() {
+        // Every listed column must be there before any moves. Columns are usually listed in the
+        // order rows hold them, so each search starts after the last column found.
+        let mut next = 0;
+        let all_there = self.columns.iter().all(|c| {
+            let found = element.position_from(c, next);
+            next = found.map_or(next, |i| i + 1);
+            found.is_some()
+        });
+        if !all_there {
+            let missing: Vec<String> =
+                self.columns.iter().filter(|c| element.get(c).is_none()).map(|c| format!("`{c}`")).collect();
             return Err(OpError::new(format!(
                 "table.select: element `{}` has no column {} (its columns: {}); fix `columns` \
                  to name existing columns",
