@@ -20,7 +20,6 @@ use super::{ExecError, ImageForm, Member, Plan, Ran, StageTimes, Task, panicked,
 use crate::contained::contained;
 use crate::ops::Fate;
 use crate::seed::{SeededRng, Stream};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// One member's progress through the stages.
@@ -86,7 +85,7 @@ pub(super) fn run(
         let started = Instant::now();
         let result = contained(|| stage.op.run_group(&mut elements, &mut rng))
             .unwrap_or_else(|why| Err(panicked(why)));
-        times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        times.add(b, started.elapsed().as_nanos() as u64);
         let (key, count) = (elements.first().map(|e| e.key.clone()).unwrap_or_default(), elements.len());
         for (&i, element) in takers.iter().zip(elements) {
             members[i].element = element;
@@ -115,7 +114,7 @@ pub(super) fn run(
         if p.kept {
             advance_or_skip(plan, member, p, n, times)?;
         }
-        times.elements.fetch_add(1, Ordering::Relaxed);
+        times.add_element();
     }
     Ok(progress
         .into_iter()
@@ -150,7 +149,7 @@ fn gather(
     // A panic is blamed on the call's first element: which one it was is not known.
     let result = contained(|| stage.op.run_each(&mut elements, &mut rngs))
         .unwrap_or_else(|why| Err((0, panicked(why))));
-    times.nanos[b].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    times.add(b, started.elapsed().as_nanos() as u64);
     let keys: Vec<String> = match &result {
         Err((at, _)) => elements.get(*at).map(|e| e.key.clone()).into_iter().collect(),
         Ok(_) => Vec::new(),

@@ -38,6 +38,7 @@ mod feed;
 mod group;
 mod pack;
 mod shuffle;
+mod times;
 mod tune;
 
 use crate::batch::{Batch, BatchError, Finish};
@@ -53,9 +54,10 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use feed::{Feeder, Taker};
 use shuffle::ShuffleBuffer;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
+pub use times::StageTimes;
 use tokio::runtime::Handle;
 
 /// One stage ready to run.
@@ -473,36 +475,6 @@ impl Ran {
     }
 }
 
-/// Compute time per stage, summed over elements since the execution started.
-#[derive(Debug, Default)]
-pub struct StageTimes {
-    nanos: Vec<AtomicU64>,
-    elements: AtomicU64,
-    /// Compute threads running now (the tuner moves it).
-    threads: AtomicUsize,
-}
-
-impl StageTimes {
-    fn new(stages: usize, threads: usize) -> StageTimes {
-        StageTimes {
-            nanos: (0..stages).map(|_| AtomicU64::new(0)).collect(),
-            elements: AtomicU64::new(0),
-            threads: AtomicUsize::new(threads),
-        }
-    }
-
-    /// Compute threads the execution runs now.
-    pub fn threads(&self) -> usize {
-        self.threads.load(Ordering::Acquire)
-    }
-
-    /// Nanoseconds spent in each stage (in plan order) and the elements computed, so far.
-    pub fn totals(&self) -> (Vec<u64>, u64) {
-        let nanos = self.nanos.iter().map(|n| n.load(Ordering::Relaxed)).collect();
-        (nanos, self.elements.load(Ordering::Relaxed))
-    }
-}
-
 /// Where tasks come from: a list known up front, or a feed that ends when its sender is dropped.
 pub type Tasks = Box<dyn Iterator<Item = Task> + Send>;
 
@@ -891,7 +863,7 @@ fn run_element(
             Ran { fate, record, skipped: None }
         }
     };
-    times.elements.fetch_add(1, Ordering::Relaxed);
+    times.add_element();
     Ok(ran)
 }
 
@@ -925,9 +897,7 @@ fn apply(
     images: ImageForm,
 ) -> Result<Fate, ExecError> {
     let mut start = Instant::now();
-    for ((i, stage), nanos) in
-        plan.stages.iter().enumerate().skip(stages.start).take(stages.len()).zip(&times.nanos[stages])
-    {
+    for (i, stage) in plan.stages.iter().enumerate().skip(stages.start).take(stages.len()) {
         let op = plan.op(i, images);
         let fate =
             contained(|| op.run(element, rng)).unwrap_or_else(|why| Err(panicked(why))).map_err(|e| {
@@ -939,7 +909,7 @@ fn apply(
                 }
             })?;
         let now = Instant::now();
-        nanos.fetch_add((now - start).as_nanos() as u64, Ordering::Relaxed);
+        times.add(i, (now - start).as_nanos() as u64);
         start = now;
         if fate == Fate::Drop {
             return Ok(Fate::Drop);

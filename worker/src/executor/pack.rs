@@ -11,7 +11,6 @@ use crate::element::Element;
 use crate::ops::Fate;
 use crate::ops::text::pack::{PackedRow, Packer};
 use crate::seed::{SeededRng, Stream};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// One split's packing: its packer and the rows made so far.
@@ -53,7 +52,7 @@ impl SplitPack {
             key: element.key.clone(),
             message: e.0,
         })?;
-        times.nanos[self.stage].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        times.add(self.stage, start.elapsed().as_nanos() as u64);
         self.rows_out(plan, task, split_id, times, rows)
     }
 
