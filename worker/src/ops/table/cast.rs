@@ -90,6 +90,33 @@ fn cast_data(data: &TensorData, to: DType) -> Result<TensorData, Unfit> {
     }
 }
 
+/// Whether every value of type `from` converts to `to`: to a float type, or to a wider integer
+/// type. Such columns are converted in place once every other column has been checked.
+fn widens(from: DType, to: DType) -> bool {
+    matches!(to, DType::Float32 | DType::Float64)
+        || matches!((from, to), (DType::Uint8, DType::Int32 | DType::Int64) | (DType::Int32, DType::Int64))
+}
+
+/// [`cast_data`] for the conversions that cannot fail ([`widens`]), with the same values; `None`
+/// for the others.
+fn widen(data: &TensorData, to: DType) -> Option<TensorData> {
+    use TensorData::{F32, F64, I32, I64, U8};
+    Some(match (data, to) {
+        (U8(v), DType::Int32) => I32(v.iter().map(|&x| i32::from(x)).collect()),
+        (U8(v), DType::Int64) => I64(v.iter().map(|&x| i64::from(x)).collect()),
+        (U8(v), DType::Float32) => F32(v.iter().map(|&x| f32::from(x)).collect()),
+        (U8(v), DType::Float64) => F64(v.iter().map(|&x| f64::from(x)).collect()),
+        (I32(v), DType::Int64) => I64(v.iter().map(|&x| i64::from(x)).collect()),
+        (I32(v), DType::Float32) => F32(v.iter().map(|&x| x as f32).collect()),
+        (I32(v), DType::Float64) => F64(v.iter().map(|&x| f64::from(x)).collect()),
+        (I64(v), DType::Float32) => F32(v.iter().map(|&x| x as f32).collect()),
+        (I64(v), DType::Float64) => F64(v.iter().map(|&x| x as f64).collect()),
+        (F32(v), DType::Float64) => F64(v.iter().map(|&x| f64::from(x)).collect()),
+        (F64(v), DType::Float32) => F32(v.iter().map(|&x| x as f32).collect()),
+        _ => return None,
+    })
+}
+
 /// Parses a number written as text into the value of a scalar of type `to`.
 fn parse_scalar(text: &str, to: DType) -> Option<Result<TensorData, Unfit>> {
     let s = text.trim();
@@ -169,10 +196,12 @@ impl CastOp {
 
 impl Operator for CastOp {
     fn apply(&self, element: &mut Element, _rng: &mut SeededRng) -> Result<(), OpError> {
-        // Convert every column first so that a failure leaves the element untouched. A tensor
-        // already of its type stays as it is. A row's new values are held on the stack, and
-        // written back by position: a tensor keeps its shape, text becomes a scalar.
-        let mut out: SmallVec<[(usize, TensorData); 8]> = SmallVec::new();
+        // Check every column first so that a failure leaves the element untouched. A tensor
+        // already of its type stays as it is; one whose conversion cannot fail is converted in
+        // place afterwards. The others' new values are held on the stack and written back by
+        // position: a tensor keeps its shape, text becomes a scalar.
+        let mut out: SmallVec<[(usize, TensorData); 4]> = SmallVec::new();
+        let mut widened: SmallVec<[(usize, DType); 16]> = SmallVec::new();
         // Columns are usually listed in the order the rows hold them: each search starts where
         // the last one found its column.
         let mut next = 0;
@@ -180,13 +209,24 @@ impl Operator for CastOp {
             let slot = element.position_from(column, next);
             let value = slot.map(|i| &element.fields[i].1);
             next = slot.map_or(next, |i| i + 1);
-            if let Some(Value::Tensor(t)) = value
-                && t.dtype() == *to
-            {
-                continue;
+            if let (Some(i), Some(Value::Tensor(t))) = (slot, value) {
+                if t.dtype() == *to {
+                    continue;
+                }
+                if widens(t.dtype(), *to) {
+                    widened.push((i, *to));
+                    continue;
+                }
             }
             let cast = self.cast_one(element, value, column, *to)?;
             out.extend(slot.map(|i| (i, cast)));
+        }
+        for (i, to) in widened {
+            if let Value::Tensor(t) = &mut element.fields[i].1
+                && let Some(data) = widen(&t.data, to)
+            {
+                t.data = data;
+            }
         }
         for (i, data) in out {
             match &mut element.fields[i].1 {
@@ -220,6 +260,34 @@ mod tests {
 
     fn t(shape: &[usize], data: TensorData) -> Value {
         Value::Tensor(Tensor::new(shape.to_vec(), data).unwrap())
+    }
+
+    #[test]
+    fn conversions_that_cannot_fail_give_the_checked_conversions_values() {
+        let samples = [
+            Tensor::new(vec![3], TensorData::U8(smallvec![0, 7, 255])),
+            Tensor::new(vec![4], TensorData::I32(smallvec![i32::MIN, -1, 16_777_217, i32::MAX])),
+            Tensor::new(vec![4], TensorData::I64(smallvec![i64::MIN, -3, 9_007_199_254_740_993, i64::MAX])),
+            Tensor::new(vec![4], TensorData::F32(smallvec![-1.5, 0.1, f32::MAX, f32::NAN])),
+            Tensor::new(vec![5], TensorData::F64(smallvec![-2.75, 0.1, 1e300, f64::INFINITY, f64::NAN])),
+        ];
+        let dtypes = [DType::Uint8, DType::Int32, DType::Int64, DType::Float32, DType::Float64];
+        for sample in samples {
+            let sample = sample.unwrap();
+            let (from, data) = (sample.dtype(), &sample.data);
+            for to in dtypes {
+                if from == to {
+                    continue;
+                }
+                let widened = widen(data, to);
+                assert_eq!(widened.is_some(), widens(from, to), "{from:?} to {to:?}");
+                if let Some(widened) = widened {
+                    // Compared as bits: NaN stays NaN.
+                    let checked = cast_data(data, to).ok().unwrap();
+                    assert_eq!(format!("{widened:?}"), format!("{checked:?}"), "{from:?} to {to:?}");
+                }
+            }
+        }
     }
 
     #[test]
