@@ -6,6 +6,7 @@
 //! pipeline uses: the Parquet, JSONL and CSV readers then read or build only those fields
 //! (projection pushdown). The other formats ignore it.
 
+mod columns;
 pub mod csv;
 pub mod files;
 pub mod jsonl;

@@ -13,7 +13,8 @@ mod thrift;
 
 pub(super) use footers::Footers;
 
-use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key, values};
+use super::columns::Column;
+use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key};
 use crate::contained::contained;
 use crate::element::{Element, FieldName};
 use crate::store::Located;
@@ -73,10 +74,17 @@ struct CheckedReader {
     chunks: Arc<[Chunk]>,
 }
 
+/// The chunks of `chunks` (in the order of their offsets) that start within `range`.
+fn starting_within<'a>(chunks: &'a [Chunk], range: &Range<u64>) -> impl Iterator<Item = &'a Chunk> {
+    let first = chunks.partition_point(|c| c.bytes.start < range.start);
+    chunks[first..].iter().take_while(move |c| c.bytes.start < range.end)
+}
+
 impl CheckedReader {
-    /// Checks the pages of each chunk that starts within `range`, whose bytes are `bytes`.
+    /// Checks the pages of each chunk that starts within `range`, whose bytes are `bytes`. The
+    /// chunks are in the order of their offsets: a file of many row groups has thousands.
     fn check(&self, range: &Range<u64>, bytes: &Bytes) -> parquet::errors::Result<()> {
-        for chunk in self.chunks.iter().filter(|c| range.contains(&c.bytes.start)) {
+        for chunk in starting_within(&self.chunks, range) {
             let from = usize::try_from(chunk.bytes.start - range.start).unwrap_or(usize::MAX);
             let to = usize::try_from(chunk.bytes.end.min(range.end) - range.start).unwrap_or(usize::MAX);
             let Some(held) = bytes.get(from..to.min(bytes.len())) else { continue };
@@ -289,11 +297,12 @@ pub(super) fn read(
         let schema = batch.schema();
         let names: Vec<FieldName> =
             schema.fields().iter().map(|f| FieldName::from(f.name().as_str())).collect();
+        let columns: Vec<Column<'_>> = batch.columns().iter().map(Column::of).collect();
         for r in 0..batch.num_rows() {
             let mut element = Element::new(format!("{file_key}:{row}"));
             element.fields.reserve_exact(names.len());
-            for (name, column) in names.iter().zip(batch.columns()) {
-                let value = values::from_arrow(column, r).map_err(|m| {
+            for (name, column) in names.iter().zip(&columns) {
+                let value = column.value(r).map_err(|m| {
                     SourceError::data(format!("{location}:{row}"), format!("column `{name}`: {m}"))
                 })?;
                 if let Some(value) = value {
@@ -317,6 +326,27 @@ mod tests {
     use object_store::ObjectStoreExt;
     use parquet::file::properties::WriterProperties;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_fetch_checks_exactly_the_chunks_that_start_within_it() {
+        // Chunks of 10 bytes every 10 bytes from 4, and one of 0 bytes at 50 beside the one there.
+        let mut chunks: Vec<Chunk> =
+            (0..8u64).map(|i| Chunk { bytes: 4 + 10 * i..14 + 10 * i, value_bits: 64 }).collect();
+        chunks.push(Chunk { bytes: 54..54, value_bits: 64 });
+        chunks.sort_by_key(|c| c.bytes.start);
+        for start in 0..90 {
+            for end in start..90 {
+                let range = start..end;
+                let fast: Vec<_> = starting_within(&chunks, &range).map(|c| c.bytes.clone()).collect();
+                let all: Vec<_> = chunks
+                    .iter()
+                    .filter(|c| range.contains(&c.bytes.start))
+                    .map(|c| c.bytes.clone())
+                    .collect();
+                assert_eq!(fast, all, "{range:?}");
+            }
+        }
+    }
 
     /// Lists `numbers.parquet` (4 row groups of 2 rows) in `dir` with footers kept within
     /// `budget`, then reads every row group: the store's reads while listing and while reading,

@@ -47,11 +47,13 @@ impl Footer {
     }
 }
 
-/// Every column chunk of the file `metadata` describes, in the footer's order. A chunk whose
-/// offset or length is negative, or whose end overflows, is left out: no fetch starts in it.
+/// Every column chunk of the file `metadata` describes, in the order of their offsets (writers
+/// write them in the footer's order, but nothing promises it), so that a fetch finds its chunks
+/// by binary search. A chunk whose offset or length is negative, or whose end overflows, is
+/// left out: no fetch starts in it.
 pub(super) fn chunks(metadata: &ParquetMetaData) -> Arc<[Chunk]> {
     let columns = metadata.row_groups().iter().flat_map(|group| group.columns());
-    columns
+    let mut chunks: Vec<Chunk> = columns
         .filter_map(|c| {
             let start = u64::try_from(c.dictionary_page_offset().unwrap_or(c.data_page_offset())).ok()?;
             let end = start.checked_add(u64::try_from(c.compressed_size()).ok()?)?;
@@ -59,7 +61,9 @@ pub(super) fn chunks(metadata: &ParquetMetaData) -> Arc<[Chunk]> {
             let value_bits = pages::least_value_bits(descr.physical_type(), descr.type_length());
             Some(Chunk { bytes: start..end, value_bits })
         })
-        .collect()
+        .collect();
+    chunks.sort_by_key(|c| c.bytes.start);
+    chunks.into()
 }
 
 /// A listed object: the source's input it belongs to, its path and its size.
