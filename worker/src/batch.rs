@@ -343,7 +343,7 @@ impl BatchBuilder {
                 });
             }
         }
-        let padding = self.padding.clone();
+        let padding = self.padding.as_deref();
         for (i, ((name, value), slot)) in fields.into_iter().zip(&mut self.tensors).enumerate() {
             if let Value::Tensor(t) = value {
                 if let Some(rows) = self.rows.as_mut().filter(|r| r.tensor == i) {
@@ -351,9 +351,9 @@ impl BatchBuilder {
                     slot.shape[0] += 1;
                     continue;
                 }
-                slot.data.extend_from_slice(t.as_le_bytes());
+                append(&mut slot.data, t.as_le_bytes());
                 slot.shape[0] += 1;
-                if padding.as_ref().is_some_and(|p| p.pads(&name))
+                if padding.is_some_and(|p| p.pads(&name))
                     && let (Some(axis), Some(&len)) = (slot.shape.get_mut(1), t.shape.first())
                 {
                     *axis = (*axis).max(len);
@@ -381,6 +381,21 @@ impl BatchBuilder {
             permit: None,
             unstacked: self.rows.take(),
         }
+    }
+}
+
+/// Appends `bytes` to `data`. A scalar's 1, 4 or 8 bytes are copied as one store: a table's row
+/// adds one scalar per column, and a call into the C library's `memcpy` for each cost more than
+/// the copy.
+fn append(data: &mut Vec<u8>, bytes: &[u8]) {
+    if let Ok(word) = <&[u8; 8]>::try_from(bytes) {
+        data.extend_from_slice(word);
+    } else if let Ok(word) = <&[u8; 4]>::try_from(bytes) {
+        data.extend_from_slice(word);
+    } else if let Ok(byte) = <&[u8; 1]>::try_from(bytes) {
+        data.extend_from_slice(byte);
+    } else {
+        data.extend_from_slice(bytes);
     }
 }
 
