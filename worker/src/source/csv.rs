@@ -10,7 +10,10 @@
 //! With a [`Projection`], only the columns it names become fields: the other cells are parsed
 //! (and every row still checked against the header) but neither converted nor copied.
 
-use super::{Emit, Object, Projection, SourceError, Split, SplitKind, blocking_reader, relative_key, values};
+use super::{
+    Emit, Object, Projection, SourceError, Split, SplitKind, blocking_reader, record_key, relative_key,
+    values,
+};
 use crate::element::{Element, FieldName, Value};
 use crate::store::Located;
 use granary_crds::SourceSpec;
@@ -113,7 +116,7 @@ pub(super) fn read(
     let mut record = ::csv::StringRecord::new();
     let mut row = 0u64;
     while reader.read_record(&mut record).map_err(bad)? {
-        let mut element = Element::new(format!("{file_key}#{row}"));
+        let mut element = Element::new(record_key(&file_key, '#', row));
         element.fields = kept
             .iter()
             .filter_map(|(i, name)| record.get(*i).map(|cell| (name.clone(), cell_value(cell))))

@@ -4,7 +4,7 @@
 //! as without one), but the values of keys it does not name are skipped as they are parsed: no
 //! value is built for them, and no field.
 
-use super::{Emit, Object, Projection, SourceError, blocking_reader, relative_key, values};
+use super::{Emit, Object, Projection, SourceError, blocking_reader, record_key, relative_key, values};
 use crate::element::Element;
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
@@ -162,7 +162,7 @@ pub(super) fn read(
                 "each line must be a JSON object such as {\"text\": \"...\"}",
             ));
         };
-        let mut element = Element::new(format!("{file_key}:{}", n + 1));
+        let mut element = Element::new(record_key(&file_key, ':', n + 1));
         values::json_object_into(&mut element, &object);
         if !emit(element) {
             return Ok(());

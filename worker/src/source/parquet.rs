@@ -14,7 +14,7 @@ mod thrift;
 pub(super) use footers::Footers;
 
 use super::columns::Column;
-use super::{Emit, Object, Projection, SourceError, Split, SplitKind, relative_key};
+use super::{Emit, Object, Projection, SourceError, Split, SplitKind, record_key, relative_key};
 use crate::contained::contained;
 use crate::element::{Element, FieldName};
 use crate::store::Located;
@@ -299,7 +299,7 @@ pub(super) fn read(
             schema.fields().iter().map(|f| FieldName::from(f.name().as_str())).collect();
         let columns: Vec<Column<'_>> = batch.columns().iter().map(Column::of).collect();
         for r in 0..batch.num_rows() {
-            let mut element = Element::new(format!("{file_key}:{row}"));
+            let mut element = Element::new(record_key(&file_key, ':', row));
             element.fields.reserve_exact(names.len());
             for (name, column) in names.iter().zip(&columns) {
                 let value = column.value(r).map_err(|m| {

@@ -12,7 +12,7 @@
 pub mod example;
 pub mod record;
 
-use super::{Emit, Object, SourceError, Split, SplitKind, blocking_reader, relative_key};
+use super::{Emit, Object, SourceError, Split, SplitKind, blocking_reader, record_key, relative_key};
 use crate::element::Element;
 use crate::store::Located;
 use bytes::Bytes;
@@ -87,7 +87,7 @@ pub(super) fn read(
         let at = record.at;
         let example = example::Example::decode(Bytes::from(record.data))
             .map_err(|e| SourceError::data(location.clone(), format!("{at}: not a tf.train.Example: {e}")))?;
-        let mut element = Element::new(format!("{file_key}#{}", at.index));
+        let mut element = Element::new(record_key(&file_key, '#', at.index));
         example::fill(&mut element, example)
             .map_err(|m| SourceError::data(location.clone(), format!("{at}: {m}")))?;
         if !emit(element) {
